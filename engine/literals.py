@@ -1,0 +1,83 @@
+"""Required literal text of a signature pattern, for the multi-pattern prefilter of the scanner.
+
+A line can only match a signature if it contains one of the signature's literals, so the scanner
+looks for all literals of all signatures in whole chunks at once and runs the exact pattern only on
+the lines that contain one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:  # Python 3.11+
+    from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover
+    import sre_constants  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+
+
+def _runs(items: Any) -> list[list[str]]:
+    """Alternative sets of required literal runs in a parsed sequence.
+
+    Returns a list of candidates; each candidate is a list of strings of which at least one occurs
+    in every matching text (a one-element list is a single required run).
+    """
+    candidates: list[list[str]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if run:
+            candidates.append(["".join(run)])
+            run.clear()
+
+    for op, av in items:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        flush()
+        if op is sre_constants.SUBPATTERN:
+            candidates.extend(_runs(av[-1]))
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, getattr(sre_constants, "POSSESSIVE_REPEAT", None)):
+            low, _high, body = av
+            if low >= 1:
+                candidates.extend(_runs(body))
+        elif op is sre_constants.BRANCH:
+            alternatives = []
+            for branch in av[1]:
+                best = _best(_runs(branch))
+                if best is None:
+                    alternatives = []
+                    break
+                alternatives.extend(best)
+            if alternatives:
+                candidates.append(sorted(set(alternatives)))
+        elif op is getattr(sre_constants, "ATOMIC_GROUP", None):
+            candidates.extend(_runs(av))
+    flush()
+    return candidates
+
+
+def _best(candidates: list[list[str]]) -> list[str] | None:
+    usable = [c for c in candidates if c and min(len(s) for s in c) >= 3]
+    if not usable:
+        return None
+    # Prefer the candidate whose weakest literal is longest: fewer false candidate lines.
+    return max(usable, key=lambda c: (min(len(s) for s in c), -len(c)))
+
+
+def required_literals(pattern: str) -> list[str] | None:
+    """Literals of which every match contains at least one, or None when none can be derived."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - the `regex` dialect is wider than `re`; no literal then
+        return None
+    return _best(_runs(list(parsed)))
+
+
+def is_case_insensitive(pattern: str) -> bool:
+    try:
+        return bool(sre_parse.parse(pattern).state.flags & sre_constants.SRE_FLAG_IGNORECASE)
+    except Exception:  # noqa: BLE001
+        return False

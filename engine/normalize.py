@@ -1,0 +1,99 @@
+"""What hides a message in a log line: ANSI colours, carriage-return redraws, launcher prefixes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Ray's prefix of remote output: `(WorkerDict pid=1234, ip=10.0.0.1) `, `(raylet) `, `(autoscaler +2m3s) `.
+RAY_PREFIX = re.compile(
+    r"^\((?P<actor>[A-Za-z_][\w.:<>\-]*)?(?:,? ?pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?"
+    r"(?: \+[\dhms.]+)?\)\s?"
+)
+RANK_PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_]+)(?P<local>\d+))\]:\s?")
+REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")
+
+# Timestamps as the libraries print them (year-less stamps are placed in a fixed year: only
+# differences within one file are used).
+_TS_PATTERNS = [
+    (re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"), "ymd"),
+    (re.compile(r"\b([IWEF])(\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"), "glog"),
+    (re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})"), "vllm"),
+]
+_BASE = datetime(2000, 1, 1)
+
+
+@dataclass(frozen=True)
+class Segment:
+    raw: str  # the segment as it stands in the file (colour codes removed)
+    text: str  # the message with launcher prefixes removed
+    rank: int | None
+    actor: str | None
+    repeat: int
+
+
+def _seconds(month: int, day: int, hh: int, mm: int, ss: int, frac: str | None) -> float | None:
+    try:
+        stamp = datetime(2000, month, day, hh, mm, ss)
+    except ValueError:
+        return None
+    value = (stamp - _BASE).total_seconds()
+    if frac:
+        value += float("0." + frac)
+    return value
+
+
+def timestamp(text: str) -> float | None:
+    """Seconds since an arbitrary origin for the first timestamp in the text, if any."""
+    for pattern, style in _TS_PATTERNS:
+        match = pattern.search(text[:120])
+        if not match:
+            continue
+        g = match.groups()
+        if style == "ymd":
+            return _seconds(int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6])
+        if style == "glog":
+            return _seconds(int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]), g[6])
+        return _seconds(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), None)
+    return None
+
+
+def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
+    rank: int | None = None
+    actor: str | None = None
+    for _ in range(4):
+        match = RAY_PREFIX.match(text)
+        if match and (match.group("pid") or match.group("actor") in ("raylet", "autoscaler", "scheduler")):
+            actor = actor or match.group("actor")
+            text = text[match.end():]
+            continue
+        match = RANK_PREFIX.match(text)
+        if match:
+            if match.group("rank") is not None and rank is None:
+                rank = int(match.group("rank"))
+            elif match.group("local") is not None and rank is None:
+                rank = int(match.group("local"))
+            text = text[match.end():]
+            continue
+        break
+    return text, rank, actor
+
+
+def segments(line: str) -> list[Segment]:
+    """Split a physical line into the messages it carries."""
+    line = line.rstrip("\n")
+    parts = [p for p in line.split("\r") if p.strip()] or [line]
+    out = []
+    for part in parts:
+        raw = ANSI.sub("", part)
+        repeat = 1
+        match = REPEATED.search(raw)
+        text = raw
+        if match:
+            repeat = int(match.group("n"))
+            text = raw[: match.start()]
+        text, rank, actor = strip_prefixes(text)
+        out.append(Segment(raw, text, rank, actor, repeat))
+    return out

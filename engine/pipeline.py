@@ -1,0 +1,325 @@
+"""The stages wired together: inputs → scan → facts → infer → rank → render."""
+
+from __future__ import annotations
+
+import io
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import BinaryIO, Iterable, Sequence
+
+from . import __version__
+from .errors import InputError
+from .facts import (
+    WELL_KNOWN_CONFIG_KEYS,
+    config_file_facts,
+    echo_facts,
+    env_report_facts,
+    hit_facts,
+    numbered_lines,
+    run_facts,
+)
+from .infer import BaseFact, Fact, Inference, get_engine
+from .inputs import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, discover, looks_binary
+from .load import KnowledgeBase, load_knowledge_base
+from .rank import Ranking, RankedCause, rank
+from .render import ConfigView, render_fix, render_string, template_context
+from .result import (
+    Boundary,
+    Cause,
+    Diagnosis,
+    InputSummary,
+    PatchPlanStep,
+    ToolInfo,
+    Warning_,
+)
+from .scan import FileScan, Scanner
+from .vocabulary import STALL_BUCKETS, InputKind, Stage, Symptom
+
+SUCCESS_CRITERIA = (
+    "first GRPO step completes",
+    "progress advances beyond 0%",
+    "step time is logged",
+    "reward pipeline runs at least once",
+)
+
+
+@dataclass
+class Analysis:
+    """Everything a diagnosis rests on, for `explain` and tests; `diagnosis` is the public result."""
+
+    kb: KnowledgeBase
+    scans: list[FileScan]
+    facts: list[BaseFact]
+    inference: Inference
+    ranking: Ranking
+    diagnosis: Diagnosis
+    warnings: list[Warning] = field(default_factory=list)
+
+
+_scanners: dict[int, Scanner] = {}
+_scanner_lock = threading.Lock()
+
+
+def config_keys(kb: KnowledgeBase) -> list[str]:
+    keys = set(WELL_KNOWN_CONFIG_KEYS)
+    for loaded in kb.rules:
+        for section in (loaded.model.when.all, loaded.model.when.any, loaded.model.when.none):
+            for pattern in section:
+                if pattern.fact == "config":
+                    for name in ("key", "name"):
+                        value = pattern.where.get(name)
+                        if isinstance(value, str):
+                            keys.add(value)
+                        elif isinstance(value, list):
+                            keys.update(v for v in value if isinstance(v, str))
+                        elif value is not None and getattr(value, "matches", None):
+                            keys.add(str(value.matches).replace("(^|\\.)", "").rstrip("$").replace("\\", ""))  # type: ignore[union-attr]
+    return sorted(keys)
+
+
+def scanner_for(kb: KnowledgeBase) -> Scanner:
+    with _scanner_lock:
+        scanner = _scanners.get(id(kb))
+        if scanner is None:
+            scanner = Scanner(kb, config_keys(kb))
+            _scanners[id(kb)] = scanner
+        return scanner
+
+
+class _Rejoined(io.RawIOBase):
+    """A stream that gives back the bytes already read for classification, then the rest."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+        if self._head:
+            out, self._head = (self._head, b"") if size < 0 or size >= len(self._head) else (self._head[:size], self._head[size:])
+            return out
+        return self._rest.read(size)
+
+
+def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:
+    try:
+        stream = source.open()
+    except OSError as exc:
+        warnings.append(Warning(source.display, f"skipped: {exc.strerror or exc}"))
+        return None, []
+    with stream:
+        try:
+            head = stream.read(SNIFF_BYTES)
+        except OSError as exc:
+            warnings.append(Warning(source.display, f"skipped: {exc.strerror or exc}"))
+            return None, []
+        if not head:
+            warnings.append(Warning(source.display, "empty file"))
+            return FileScan(source.display, classify(source, head)), []
+        if looks_binary(head):
+            warnings.append(Warning(source.display, "skipped: binary content"))
+            return None, []
+        kind = classify(source, head)
+        rejoined = _Rejoined(head, stream)
+        facts: list[BaseFact] = []
+        notes: list[str] = []
+        try:
+            if kind is InputKind.config:
+                data = head + stream.read(MAX_PARSED_FILE)
+                facts = config_file_facts(source.display, data, notes)
+                scan = FileScan(source.display, kind, lines=data.count(b"\n"))
+            elif kind is InputKind.env_report:
+                lines = list(numbered_lines(rejoined, MAX_PARSED_FILE))
+                facts = env_report_facts(source.display, lines)
+                scan = FileScan(source.display, kind, lines=len(lines))
+            else:
+                scan = scanner.scan(source.display, kind, rejoined)
+        except (OSError, EOFError, ValueError) as exc:
+            warnings.append(Warning(source.display, f"read stopped early: {exc}"))
+            return None, facts
+        for note in [*notes, *scan.warnings]:
+            warnings.append(Warning(source.display, note))
+        return scan, facts
+
+
+def analyse(
+    paths: Sequence[str],
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    mode: str = "diagnose",
+    stdin: BinaryIO | None = None,
+    kb: KnowledgeBase | None = None,
+) -> Analysis:
+    if not paths:
+        raise InputError("no input given")
+    kb = kb or load_knowledge_base(rules_dirs)
+    warnings: list[Warning] = []
+    sources = sorted(discover(paths, warnings, stdin=stdin), key=lambda s: s.display)
+    scanner = scanner_for(kb)
+    scans: list[FileScan] = []
+    facts: list[BaseFact] = []
+    parsed: list[BaseFact] = []
+    for source in sources:
+        scan, extra = read_source(source, scanner, warnings)
+        parsed.extend(extra)
+        if scan is not None:
+            scans.append(scan)
+    facts.extend(run_facts(mode, scans, len(sources)))
+    for scan in scans:
+        facts.extend(hit_facts(scan))
+        facts.extend(echo_facts(scan))
+    facts.extend(parsed)
+    inference = get_engine(engine).run(kb.program, facts)
+    ranking = rank(kb, inference)
+    diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings)
+    return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings)
+
+
+def diagnose(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    stdin: BinaryIO | None = None,
+) -> Diagnosis:
+    """Diagnose a run from its logs. Never prints and never exits.
+
+    Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
+    """
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin).diagnosis
+
+
+def preflight(
+    paths: Sequence[str | os.PathLike[str]], *, rules_dirs: Iterable[str | os.PathLike[str]] = (), engine: str = "default"
+) -> Diagnosis:
+    """Check a config (and optional environment report) against the knowledge base's contracts."""
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight").diagnosis
+
+
+def _timestamps(scans: list[FileScan]) -> dict[tuple[str, int], float]:
+    stamps: dict[tuple[str, int], float] = {}
+    for scan in scans:
+        for tally in scan.tallies.values():
+            for record in (tally.first, *tally.samples, tally.last):
+                if record is not None and record.timestamp is not None:
+                    stamps[(scan.path, record.line)] = record.timestamp
+    return stamps
+
+
+def _boundary(ranking: Ranking, scans: list[FileScan]) -> Boundary:
+    fact = ranking.boundary
+    if fact is None:
+        return Boundary()
+    last = fact.get("last_completed")
+    missing = fact.get("first_missing")
+    evidence = list(fact.evidence)
+    silent = None
+    if evidence:
+        stamps = _timestamps(scans)
+        stamped = [(stamps[(e.path, e.line)], e.path) for e in evidence if (e.path, e.line) in stamps]
+        if stamped:
+            start, path = max(stamped)
+            end = next((s.last_timestamp for s in scans if s.path == path), None)
+            if end is not None and end >= start:
+                silent = round(end - start, 1)
+    return Boundary(
+        last_completed=Stage(last) if last else None,
+        first_missing=Stage(missing) if missing else None,
+        evidence=evidence,
+        silent_seconds=silent,
+    )
+
+
+def _cause(kb: KnowledgeBase, ranked: RankedCause, facts: list[Fact], warnings: list[Warning]) -> Cause:
+    loaded = kb.rule(ranked.rule)
+    assert loaded is not None
+    context = template_context(ranked.bindings, facts)
+    try:
+        fix = render_fix(kb, loaded, context)
+        steps = [
+            PatchPlanStep(kind=step.kind, target=render_string(kb, step.target, context), change=render_string(kb, step.change, context))
+            for step in loaded.model.patch_plan
+        ]
+    except Exception as exc:  # noqa: BLE001 - a broken template must not lose the diagnosis
+        warnings.append(Warning(loaded.origin.display, f"fix template failed to render: {exc}"))
+        fix = loaded.model.fix or loaded.model.title
+        steps = []
+    return Cause(
+        rule=ranked.rule,
+        bucket=ranked.bucket,
+        score=ranked.score,
+        title=ranked.title,
+        evidence=ranked.evidence,
+        fix=fix,
+        patch_plan=steps,
+        blocking=ranked.blocking,
+    )
+
+
+# The first-step debugger's smoke-test reduction: (concept, keys the trainers use for it, new value).
+SMOKE_REDUCTION: tuple[tuple[str, tuple[str, ...], object], ...] = (
+    ("num_generations", ("num_generations", "rollout.n", "group_size", "n_samples_per_prompt"), 2),
+    ("max_completion_length", ("max_completion_length", "max_response_length", "max_tokens", "generate_max_len"), 128),
+    ("per_device_train_batch_size", ("per_device_train_batch_size", "train_batch_size", "rollout_batch_size", "batch_per_replica"), 2),
+    ("gradient_accumulation_steps", ("gradient_accumulation_steps",), 1),
+    ("max_steps", ("max_steps", "total_training_steps", "num_steps"), 1),
+    ("eval_strategy", ("eval_strategy", "evaluation_strategy", "test_freq", "val_before_train"), "no"),
+)
+
+
+def smoke_test_plan(facts: list[Fact]) -> list[PatchPlanStep]:
+    """The smoke-test reduction written with the keys this run really uses."""
+    config = ConfigView([f for f in facts if f.type == "config"])
+    steps = []
+    for concept, keys, value in SMOKE_REDUCTION:
+        key = next((k for k in keys if config.has(k)), None)
+        if key is None:
+            if concept in ("num_generations", "max_completion_length", "max_steps"):
+                steps.append(PatchPlanStep(kind="config", target=concept, change=f"set to {value}"))
+            continue
+        current = config.get(key)
+        if str(current) == str(value):
+            continue
+        where = config.at(key)
+        steps.append(PatchPlanStep(kind="config", target=config.key(key), change=f"{current} -> {value}" + (f" ({where})" if where else "")))
+    steps.append(PatchPlanStep(kind="file", target="training dataset", change="limit to 1 prompt (e.g. dataset.select(range(1)))"))
+    steps.append(PatchPlanStep(kind="file", target="reward functions", change="replace remote or heavy rewards with a cheap local stub (e.g. lambda completions, **kw: [0.0] * len(completions))"))
+    return steps
+
+
+def build_diagnosis(
+    kb: KnowledgeBase, scans: list[FileScan], inference: Inference, ranking: Ranking, warnings: list[Warning]
+) -> Diagnosis:
+    facts = inference.facts
+    causes = [_cause(kb, c, facts, warnings) for c in ranking.causes]
+    verification: list[str] = []
+    if ranking.symptom in (Symptom.hang, Symptom.slow) or ranking.primary_bucket in STALL_BUCKETS:
+        verification.extend(SUCCESS_CRITERIA)
+    if causes:
+        top = kb.rule(causes[0].rule)
+        if top is not None:
+            context = template_context(ranking.causes[0].bindings, facts)
+            for line in top.model.verify:
+                try:
+                    verification.append(render_string(kb, line, context))
+                except Exception as exc:  # noqa: BLE001
+                    warnings.append(Warning(top.origin.display, f"verify line failed to render: {exc}"))
+    smoke = smoke_test_plan(facts) if ranking.symptom in (Symptom.hang, Symptom.slow) else []
+    inputs = [InputSummary(path=s.path, kind=s.kind, lines=s.lines) for s in scans]
+    return Diagnosis(
+        tool=ToolInfo(version=__version__),
+        inputs=inputs,
+        symptom=ranking.symptom,
+        primary_bucket=ranking.primary_bucket,
+        boundary=_boundary(ranking, scans),
+        causes=causes,
+        verification=verification,
+        smoke_test=smoke,
+        suppressed=ranking.suppressed,
+        warnings=[Warning_(path=w.path, message=w.message) for w in warnings],
+    )
+

@@ -1,0 +1,82 @@
+"""The output contract: what `diagnose` returns and what `--format json` prints."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .vocabulary import Bucket, InputKind, PatchKind, Stage, Symptom
+
+SCHEMA_VERSION = 1
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Evidence(Out):
+    path: str
+    line: int
+    text: str
+    signature: str
+
+
+class ToolInfo(Out):
+    name: Literal["rltriage"] = "rltriage"
+    version: str
+
+
+class InputSummary(Out):
+    path: str
+    kind: InputKind
+    lines: int
+
+
+class Boundary(Out):
+    last_completed: Stage | None = None
+    first_missing: Stage | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+    silent_seconds: float | None = None
+
+
+class PatchPlanStep(Out):
+    kind: PatchKind
+    target: str
+    change: str
+
+
+class Cause(Out):
+    rule: str
+    bucket: Bucket
+    score: float = Field(ge=0.0, le=1.0)
+    title: str
+    evidence: list[Evidence] = Field(default_factory=list)
+    fix: str
+    patch_plan: list[PatchPlanStep] = Field(default_factory=list)
+    blocking: bool = False
+
+
+class Suppressed(Out):
+    target: str
+    reason: str
+    rule: str
+
+
+class Warning_(Out):
+    path: str
+    message: str
+
+
+class Diagnosis(Out):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tool: ToolInfo
+    inputs: list[InputSummary]
+    symptom: Symptom
+    primary_bucket: Bucket | None
+    boundary: Boundary
+    causes: list[Cause]
+    verification: list[str]
+    smoke_test: list[PatchPlanStep] = Field(default_factory=list)
+    suppressed: list[Suppressed] = Field(default_factory=list)
+    warnings: list[Warning_] = Field(default_factory=list)

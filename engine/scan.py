@@ -1,0 +1,242 @@
+"""Stage 2 — scan: stream every input in chunks and match the signatures.
+
+The fast path: all literals of all signatures form one prefilter that runs over whole chunks of
+bytes; only lines that contain a literal are decoded, normalised and matched with the signature's
+exact `regex` pattern. Per signature and file the scanner keeps a count, the first and last hit and
+a few samples, so memory does not grow with the size of the log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
+
+import regex
+
+from .normalize import segments, timestamp
+from .values import convert
+from .vocabulary import InputKind, ValueType
+
+if TYPE_CHECKING:
+    from .load import CompiledSignature, KnowledgeBase
+
+CHUNK = 1 << 20
+MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
+MAX_TEXT = 2000  # evidence text is cut to this many characters
+SAMPLES = 3
+MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
+REGEX_TIMEOUT = 0.25  # seconds one signature may spend on one line
+
+
+@dataclass
+class HitRecord:
+    line: int
+    text: str
+    values: dict[str, Any]
+    timestamp: float | None
+    rank: int | None
+
+
+@dataclass
+class Tally:
+    signature: str
+    count: int = 0
+    first: HitRecord | None = None
+    last: HitRecord | None = None
+    samples: list[HitRecord] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+
+    def add(self, record: HitRecord, repeat: int) -> None:
+        self.count += repeat
+        if self.first is None:
+            self.first = record
+        elif len(self.samples) < SAMPLES:
+            self.samples.append(record)
+        self.last = record
+        if record.rank is not None and len(self.ranks) < 4096:
+            self.ranks.add(record.rank)
+
+
+@dataclass
+class ConfigEcho:
+    key: str
+    value: str
+    line: int
+    text: str
+
+
+@dataclass
+class FileScan:
+    path: str
+    kind: InputKind
+    lines: int = 0
+    last_timestamp: float | None = None
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    config: list[ConfigEcho] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+_CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
+
+
+class Scanner:
+    """Compiled once per knowledge base (and set of config keys); safe to share between threads."""
+
+    def __init__(self, kb: KnowledgeBase, config_keys: Iterable[str] = ()) -> None:
+        self.signatures: list[CompiledSignature] = list(kb.signatures.values())
+        self.unfiltered = [s for s in self.signatures if not s.literals]
+        literals: dict[tuple[str, bool], list[CompiledSignature]] = {}
+        for sig in self.signatures:
+            for literal in sig.literals or ():
+                literals.setdefault((literal.lower() if sig.ignore_case else literal, sig.ignore_case), []).append(sig)
+        self.by_literal = literals
+        keys = sorted({k.rsplit(".", 1)[-1] for k in config_keys if k})
+        self.config_keys = keys
+        self.config_re = (
+            re.compile(r"(?<![\w.])-{0,2}(?P<key>(?:[A-Za-z_][\w]*\.)*(?:" + "|".join(map(re.escape, keys)) + r"))(?![\w.])" + _CONFIG_VALUE)
+            if keys
+            else None
+        )
+        alternatives = []
+        for literal, ignore_case in sorted(literals):
+            escaped = re.escape(literal.encode("utf-8"))
+            alternatives.append(b"(?i:" + escaped + b")" if ignore_case else escaped)
+        for key in keys:
+            alternatives.append(re.escape(key.encode()))
+        self.prefilter = re.compile(b"|".join(alternatives)) if alternatives else None
+
+    def _candidates(self, text: str) -> list[CompiledSignature]:
+        lowered = text.lower()
+        found: dict[str, CompiledSignature] = {}
+        for (literal, ignore_case), sigs in self.by_literal.items():
+            if literal in (lowered if ignore_case else text):
+                for sig in sigs:
+                    found[sig.id] = sig
+        for sig in self.unfiltered:
+            found[sig.id] = sig
+        return sorted(found.values(), key=lambda s: s.id)
+
+    def scan(self, display: str, kind: InputKind, stream: BinaryIO) -> FileScan:
+        result = FileScan(display, kind)
+        line_no = 0  # number of newlines consumed before the current buffer
+        carry = b""
+        tail = b""
+        long_line_warned = False
+        while True:
+            block = stream.read(CHUNK)
+            if not block:
+                break
+            buffer = carry + block
+            cut = buffer.rfind(b"\n") + 1
+            if cut == 0 and len(buffer) > MAX_LINE:
+                cut = len(buffer)  # a line longer than MAX_LINE: match what we have, keep going
+                if not long_line_warned:
+                    result.warnings.append(f"line {line_no + 1} is longer than {MAX_LINE // (1 << 20)} MiB; matched in pieces")
+                    long_line_warned = True
+            chunk, carry = buffer[:cut], buffer[cut:]
+            if chunk:
+                self._scan_chunk(chunk, line_no, kind, result)
+                line_no += chunk.count(b"\n")
+                tail = (tail + chunk)[-65536:]
+        if carry:
+            self._scan_chunk(carry, line_no, kind, result)
+            line_no += 1
+            tail = (tail + carry)[-65536:]
+        result.lines = line_no
+        result.last_timestamp = _last_timestamp(tail)
+        return result
+
+    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan) -> None:
+        if self.unfiltered:
+            positions: Iterable[int] = _line_starts(chunk)
+        elif self.prefilter is None:
+            return
+        else:
+            positions = _candidate_starts(self.prefilter, chunk)
+        counted_to, line_no = 0, base_line
+        for start in positions:
+            line_no += chunk.count(b"\n", counted_to, start)
+            counted_to = start
+            end = chunk.find(b"\n", start)
+            raw = chunk[start : end if end >= 0 else len(chunk)]
+            self._match_line(raw.decode("utf-8", "replace"), line_no + 1, kind, result)
+
+    def _match_line(self, line: str, line_no: int, kind: InputKind, result: FileScan) -> None:
+        for segment in segments(line):
+            for sig in self._candidates(segment.text):
+                if sig.model.kinds and kind not in sig.model.kinds:
+                    continue
+                try:
+                    match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
+                except TimeoutError:
+                    result.warnings.append(f"line {line_no}: signature {sig.id} gave up after {REGEX_TIMEOUT}s")
+                    continue
+                if match is None:
+                    continue
+                values = extract(sig, match)
+                record = HitRecord(line_no, segment.raw[:MAX_TEXT], values, timestamp(segment.raw), segment.rank)
+                key = sig.id
+                if sig.model.distinct:
+                    key = sig.id + "\x00" + "\x00".join(str(values.get(name)) for name in sig.model.distinct)
+                    if key not in result.tallies and sum(1 for t in result.tallies.values() if t.signature == sig.id) >= MAX_DISTINCT:
+                        key = sig.id + "\x00…"
+                result.tallies.setdefault(key, Tally(sig.id)).add(record, segment.repeat)
+            if self.config_re is not None:
+                for match in self.config_re.finditer(segment.text):
+                    if len(result.config) < 10_000:
+                        result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, segment.raw[:MAX_TEXT]))
+
+
+def extract(sig: CompiledSignature, match: Any) -> dict[str, Any]:
+    values = {}
+    for name, text in match.groupdict().items():
+        if text is None:
+            continue
+        values[name] = convert(text, sig.model.values.get(name, ValueType.str))
+    return values
+
+
+def _candidate_starts(prefilter: re.Pattern[bytes], chunk: bytes) -> Iterable[int]:
+    position = 0
+    while True:
+        match = prefilter.search(chunk, position)
+        if match is None:
+            return
+        start = chunk.rfind(b"\n", 0, match.start()) + 1
+        yield start
+        end = chunk.find(b"\n", match.end())
+        if end < 0:
+            return
+        position = end + 1
+
+
+def _line_starts(chunk: bytes) -> Iterable[int]:
+    position = 0
+    while position < len(chunk):
+        yield position
+        end = chunk.find(b"\n", position)
+        if end < 0:
+            return
+        position = end + 1
+
+
+def _last_timestamp(tail: bytes) -> float | None:
+    for raw in reversed(tail.splitlines()[-200:]):
+        stamp = timestamp(raw.decode("utf-8", "replace"))
+        if stamp is not None:
+            return stamp
+    return None
+
+
+def match_text(sig: CompiledSignature, text: str) -> dict[str, Any] | None:
+    """Match one example line as the scanner would (normalised), for tests and lint."""
+    for segment in segments(text):
+        match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
+        if match is not None:
+            return extract(sig, match)
+    return None
+
+
+def compile_regex(pattern: str) -> Any:
+    return regex.compile(pattern)
