@@ -130,5 +130,50 @@ def _load(rules_dirs: Sequence[str]) -> Any:
     return load_knowledge_base(rules_dirs)
 
 
+@main.group()
+def rules() -> None:
+    """Work on the knowledge base: list, show, lint, test and scaffold rules."""
+
+
+@rules.command("test")
+@click.argument("ids", nargs=-1)
+@RULES_DIRS
+@ENGINE
+def rules_test(ids: tuple[str, ...], rules_dirs: tuple[str, ...], engine: str) -> None:
+    """Run signature examples and fixture expectations through the real pipeline."""
+
+    def action() -> int:
+        from .expectations import check_fixture, check_signature_examples, fixture_dirs, read_expectation
+
+        kb = load_knowledge_base(rules_dirs)
+        failed = 0
+        for sig_id in sorted(kb.signatures):
+            if ids and sig_id not in ids:
+                continue
+            problems = check_signature_examples(kb.signatures[sig_id], kb)
+            failed += bool(problems)
+            click.echo(f"{'FAIL' if problems else 'pass'}  signature {sig_id}")
+            for problem in problems:
+                click.echo(f"      {problem}")
+        for folder in fixture_dirs(kb):
+            if ids:
+                try:
+                    expect = read_expectation(folder)
+                except ValueError:
+                    expect = None
+                named = {folder.name, *(expect.fires if expect else []), *(expect.not_fires if expect else [])}
+                if not named & set(ids):
+                    continue
+            outcome, _analysis = check_fixture(folder, kb, engine)
+            failed += not outcome.ok
+            click.echo(f"{'pass' if outcome.ok else 'FAIL'}  fixture {folder}")
+            for failure in outcome.failures:
+                click.echo(f"      {failure}")
+        click.echo(f"{'FAILED' if failed else 'ok'}: {failed} failing")
+        return EXIT_FOUND if failed else EXIT_OK
+
+    sys.exit(guarded(action))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

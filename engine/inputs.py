@@ -39,6 +39,11 @@ class Warning:
         return f"{self.path}: {self.message}"
 
 
+def sort_key(source: Source) -> tuple[str, ...]:
+    """Inputs are read in this order, whatever order they were given in, so output is deterministic."""
+    return (source.display,)
+
+
 def _walk(root: Path, warnings: list[Warning]) -> list[Path]:
     found: list[Path] = []
 

@@ -20,7 +20,7 @@ from .facts import (
     run_facts,
 )
 from .infer import BaseFact, Fact, Inference, get_engine
-from .inputs import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, discover, looks_binary
+from .inputs import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, discover, looks_binary, sort_key
 from .load import KnowledgeBase, load_knowledge_base
 from .rank import Ranking, RankedCause, rank
 from .render import ConfigView, render_fix, render_string, template_context
@@ -158,7 +158,7 @@ def analyse(
         raise InputError("no input given")
     kb = kb or load_knowledge_base(rules_dirs)
     warnings: list[Warning] = []
-    sources = sorted(discover(paths, warnings, stdin=stdin), key=lambda s: s.display)
+    sources = sorted(discover(paths, warnings, stdin=stdin), key=sort_key)
     scanner = scanner_for(kb)
     scans: list[FileScan] = []
     facts: list[BaseFact] = []
