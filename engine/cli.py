@@ -17,6 +17,7 @@ from .load import load_knowledge_base
 from .pipeline import analyse
 from .render import render_report
 from .result import Diagnosis
+from .vocabulary import Bucket
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_KB = 0, 1, 2, 3
 
@@ -24,6 +25,7 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "markdown", 
 RULES_DIRS = click.option("--rules-dir", "rules_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack (repeatable).")
 ENGINE = click.option("--engine", type=click.Choice(["default", "durable"]), default="default", show_default=True)
 OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+NO_REDACT = click.option("--no-redact", is_flag=True, help="Keep tokens, keys and passwords in the output.")
 
 
 def fail(message: str, code: int) -> None:
@@ -81,9 +83,11 @@ def main() -> None:
     """Why an RL post-training run hung at step 0, ran out of memory or failed at start-up."""
 
 
-def _run(paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str) -> Diagnosis:
+def _run(
+    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool
+) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
-    analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin)
+    analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact)
     report_warnings(analysis.diagnosis)
     write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output)), output)
     return analysis.diagnosis
@@ -95,9 +99,10 @@ def _run(paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str,
 @RULES_DIRS
 @ENGINE
 @OUTPUT
-def diagnose(paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None) -> None:
+@NO_REDACT
+def diagnose(paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool) -> None:
     """Diagnose a run from its folder(s), files, or `-` for stdin."""
-    sys.exit(guarded(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose"), EXIT_OK)[1]))
+    sys.exit(guarded(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact), EXIT_OK)[1]))
 
 
 @main.command()
@@ -107,12 +112,15 @@ def diagnose(paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engi
 @RULES_DIRS
 @ENGINE
 @OUTPUT
-def preflight(config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None) -> None:
+@NO_REDACT
+def preflight(
+    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool
+) -> None:
     """Check a run's config against the knowledge base's contracts before launching it."""
 
     def action() -> int:
         paths = [config] + ([env_report] if env_report else [])
-        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight")
+        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact)
         return EXIT_FOUND if any(c.blocking for c in diagnosis.causes) else EXIT_OK
 
     sys.exit(guarded(action))
@@ -171,6 +179,139 @@ def rules_test(ids: tuple[str, ...], rules_dirs: tuple[str, ...], engine: str) -
                 click.echo(f"      {failure}")
         click.echo(f"{'FAILED' if failed else 'ok'}: {failed} failing")
         return EXIT_FOUND if failed else EXIT_OK
+
+    sys.exit(guarded(action))
+
+
+@rules.command("lint")
+@RULES_DIRS
+def rules_lint(rules_dirs: tuple[str, ...]) -> None:
+    """Schema and cross-file checks; every problem as path:line:col: error[CODE]: message."""
+    from .lint import lint
+
+    problems = lint(rules_dirs)
+    for problem in problems:
+        click.echo(str(problem))
+    click.echo(f"{len(problems)} problem(s)" if problems else "no problems", err=bool(problems))
+    sys.exit(EXIT_FOUND if problems else EXIT_OK)
+
+
+def _entries(kb: Any) -> list[dict[str, Any]]:
+    rows = []
+    for sig in kb.signatures.values():
+        m = sig.model
+        rows.append({"id": m.id, "type": "signature", "bucket": None, "title": m.title, "status": m.status.value, "source": m.source, "path": sig.origin.display})
+    for loaded in kb.rules:
+        m = loaded.model
+        rows.append(
+            {"id": m.id, "type": "rule", "bucket": m.bucket.value if m.bucket else None, "title": m.title, "status": m.status.value, "source": m.source, "path": loaded.origin.display}
+        )
+    return sorted(rows, key=lambda r: (r["type"], r["id"]))
+
+
+@rules.command("list")
+@click.option("--bucket", default=None, help="Only rules of this bucket.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@RULES_DIRS
+def rules_list(bucket: str | None, fmt: str, rules_dirs: tuple[str, ...]) -> None:
+    """Every signature and rule: id, bucket, title, status, source."""
+
+    def action() -> int:
+        rows = _entries(load_knowledge_base(rules_dirs))
+        if bucket:
+            rows = [r for r in rows if r["bucket"] == bucket]
+        if fmt == "json":
+            import json
+
+            click.echo(json.dumps(rows, indent=2))
+        else:
+            for r in rows:
+                click.echo(f"{r['id']:<48} {r['type']:<9} {r['bucket'] or '-':<20} {r['status']:<12} {r['title']}")
+        return EXIT_OK
+
+    sys.exit(guarded(action))
+
+
+@rules.command("show")
+@click.argument("item_id")
+@RULES_DIRS
+def rules_show(item_id: str, rules_dirs: tuple[str, ...]) -> None:
+    """A rule or signature as written, with who consumes it, its templates and fixtures."""
+
+    def action() -> int:
+        from .expectations import fixture_dirs, read_expectation
+        from .lint import _used_signatures
+
+        kb = load_knowledge_base(rules_dirs)
+        sig = kb.signatures.get(item_id)
+        loaded = kb.rule(item_id)
+        if sig is None and loaded is None:
+            fail(f"no signature or rule with id '{item_id}'", EXIT_USAGE)
+        if sig is not None:
+            click.echo(f"# signature {sig.origin.display}")
+            click.echo(sig.origin.path.read_text(encoding="utf-8").rstrip())
+            consumers = sorted({r.id for r in _used_signatures(kb).get(item_id, [])})
+            click.echo(f"\n# used by rules: {', '.join(consumers) or 'none'}")
+            click.echo(f"# prefilter literals: {list(sig.literals or [])}\n")
+        if loaded is not None:
+            click.echo(f"# rule {loaded.origin.display}")
+            click.echo(loaded.origin.path.read_text(encoding="utf-8").rstrip())
+            consumers = sorted(
+                r.id for r in kb.rules for d in loaded.model.then.derive for p in [*r.model.when.all, *r.model.when.any, *r.model.when.none] if p.fact == d.fact
+            )
+            click.echo(f"\n# facts it derives are consumed by: {', '.join(sorted(set(consumers))) or 'none'}")
+            click.echo(f"# fix template: {loaded.model.fix_template or 'inline'}")
+            fires, quiet = [], []
+            for folder in fixture_dirs(kb):
+                try:
+                    expect = read_expectation(folder)
+                except ValueError:
+                    continue
+                if item_id in expect.fires:
+                    fires.append(folder.name)
+                if item_id in expect.not_fires:
+                    quiet.append(folder.name)
+            click.echo(f"# fixtures that fire it: {', '.join(fires) or 'none'}")
+            click.echo(f"# fixtures where it must not fire: {', '.join(quiet) or 'none'}")
+        return EXIT_OK
+
+    sys.exit(guarded(action))
+
+
+@rules.command("new")
+@click.option("--bucket", required=True, type=click.Choice([b.value for b in Bucket]))
+@click.option("--id", "item_id", required=True, help="NAMESPACE.NAME")
+@click.option("--rules-dir", "target", default=".", show_default=True, type=click.Path(file_okay=False), help="Pack to write into.")
+def rules_new(bucket: str, item_id: str, target: str) -> None:
+    """Scaffold a signature, a rule, a fix template and two fixture runs."""
+    from .scaffold import scaffold
+
+    try:
+        written = scaffold(Path(target), item_id, bucket)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+@main.command("explain")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--cause", default=None, help="Rule id of the cause to explain.")
+@click.option("--bucket", default=None, help="Explain the causes and near misses of one bucket.")
+@RULES_DIRS
+@ENGINE
+@NO_REDACT
+def explain_command(paths: tuple[str, ...], cause: str | None, bucket: str | None, rules_dirs: tuple[str, ...], engine: str, no_redact: bool) -> None:
+    """Why a cause ranked where it did: facts, rule chain, weights, guards and near misses."""
+
+    def action() -> int:
+        from .explain import explain
+        from .redact import redact
+
+        analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, redact=not no_redact)
+        text = explain(analysis, cause=cause, bucket=bucket)
+        click.echo(text if no_redact else redact(text), nl=False)
+        return EXIT_OK
 
     sys.exit(guarded(action))
 

@@ -84,9 +84,10 @@ def builtin_pack() -> Path:
 
 def _display(path: Path) -> str:
     try:
-        return os.path.relpath(path)
+        relative = os.path.relpath(path)
     except ValueError:  # pragma: no cover - different drive on Windows
         return str(path)
+    return str(path) if relative.startswith("..") else relative
 
 
 def expected_id(folder: Path, path: Path) -> str:
@@ -195,9 +196,9 @@ def _load(packs: list[Path]) -> KnowledgeBase:
                 continue
             sig, origin = parsed
             checks.check_id(sig.id, expected_id(folder, path), origin, problems)
-            if sig.id in signatures or sig.id in rules:
+            if sig.id in signatures:
                 line, col = origin.at("id")
-                first = signatures[sig.id].origin.display if sig.id in signatures else rules[sig.id].origin.display
+                first = signatures[sig.id].origin.display
                 problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{sig.id}' is already defined in {first}"))
                 continue
             compiled = _compile_signature(sig, origin, problems)
@@ -210,9 +211,9 @@ def _load(packs: list[Path]) -> KnowledgeBase:
                 continue
             rule, origin = parsed
             checks.check_id(rule.id, expected_id(folder, path), origin, problems)
-            if rule.id in rules or rule.id in signatures:
+            if rule.id in rules:
                 line, col = origin.at("id")
-                first = rules[rule.id].origin.display if rule.id in rules else signatures[rule.id].origin.display
+                first = rules[rule.id].origin.display
                 problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{rule.id}' is already defined in {first}"))
                 continue
             rules[rule.id] = LoadedRule(rule, origin)

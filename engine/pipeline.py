@@ -23,6 +23,7 @@ from .infer import BaseFact, Fact, Inference, get_engine
 from .inputs import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, discover, looks_binary, sort_key
 from .load import KnowledgeBase, load_knowledge_base
 from .rank import Ranking, RankedCause, rank
+from .redact import redact_model
 from .render import ConfigView, render_fix, render_string, template_context
 from .result import (
     Boundary,
@@ -153,6 +154,7 @@ def analyse(
     mode: str = "diagnose",
     stdin: BinaryIO | None = None,
     kb: KnowledgeBase | None = None,
+    redact: bool = True,
 ) -> Analysis:
     if not paths:
         raise InputError("no input given")
@@ -176,6 +178,8 @@ def analyse(
     inference = get_engine(engine).run(kb.program, facts)
     ranking = rank(kb, inference)
     diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings)
+    if redact:
+        diagnosis = redact_model(diagnosis)
     return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings)
 
 
@@ -185,19 +189,24 @@ def diagnose(
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     stdin: BinaryIO | None = None,
+    redact: bool = True,
 ) -> Diagnosis:
-    """Diagnose a run from its logs. Never prints and never exits.
+    """Diagnose a run from its logs. Never prints and never exits; secrets are redacted unless asked.
 
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin).diagnosis
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact).diagnosis
 
 
 def preflight(
-    paths: Sequence[str | os.PathLike[str]], *, rules_dirs: Iterable[str | os.PathLike[str]] = (), engine: str = "default"
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    redact: bool = True,
 ) -> Diagnosis:
     """Check a config (and optional environment report) against the knowledge base's contracts."""
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight").diagnosis
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact).diagnosis
 
 
 def _timestamps(scans: list[FileScan]) -> dict[tuple[str, int], float]:

@@ -1,0 +1,73 @@
+"""Secrets out of every output: reports get pasted into public issues.
+
+Redaction runs on the finished result (evidence text, extracted values, rendered fixes and patch
+plans alike), so no output format can bypass it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, TypeVar
+
+from pydantic import BaseModel
+
+MASK = "[REDACTED]"
+
+_Sub = Callable[[re.Match[str]], str]
+
+
+def _keep(group: int) -> _Sub:
+    """Replace the whole match by group `group` (the non-secret part) followed by the mask."""
+    return lambda m: (m.group(group) or "") + MASK
+
+
+# Each entry: (pattern, replacement). Order matters: specific token shapes first, then contexts.
+_RULES: list[tuple[re.Pattern[str], str | _Sub]] = [
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S), "-----BEGIN PRIVATE KEY-----" + MASK),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), MASK),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), MASK),
+    (re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"), MASK),
+    (re.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}"), MASK),
+    (re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{20,}"), MASK),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), MASK),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9\-]{10,}"), MASK),
+    (re.compile(r"(?i)(AccountKey=)[A-Za-z0-9+/=]{20,}"), _keep(1)),
+    (re.compile(r"(?i)([?&;]sig=)[A-Za-z0-9%+/=]{10,}"), _keep(1)),
+    (re.compile(r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)[^\s\"',;]+"), _keep(1)),
+    (re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/\-]{16,}=*"), _keep(1)),
+    (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+:)[^@\s/]+(@)"), lambda m: m.group(1) + MASK + m.group(2)),
+    (re.compile(r"(?i)(\bwandb\b[^\n]{0,60}?\b)([0-9a-f]{40})\b"), _keep(1)),
+    (re.compile(r"(?i)(\blocal-)[0-9a-f]{40}\b"), _keep(1)),
+    # Values of environment variables / options whose names say what they hold.
+    (
+        re.compile(
+            r"(?i)(\b[A-Z0-9_]*(?:API_?KEY|ACCESS_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?)[A-Z0-9_]*[\"']?\s*(?:=|:)\s*[\"']?)(?!\[REDACTED\])[^\s\"',;}]+"
+        ),
+        _keep(1),
+    ),
+    (re.compile(r"(?i)(--?[a-z0-9_\-]*(?:api[_-]?key|token|secret|password)[a-z0-9_\-]*[ =])(?!\[REDACTED\])(?!-)\S+"), _keep(1)),
+]
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in _RULES:
+        text = pattern.sub(replacement, text)  # type: ignore[arg-type]
+    return text
+
+
+def _walk(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_walk(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _walk(v) for k, v in value.items()}
+    return value
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def redact_model(model: Model) -> Model:
+    """A copy of a result model with every string redacted."""
+    return type(model).model_validate(_walk(model.model_dump(mode="json")))
