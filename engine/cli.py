@@ -127,11 +127,12 @@ def preflight(
 
 
 @main.command("schema")
-def schema_command() -> None:
-    """Print the JSON Schema of the diagnosis output."""
-    import json
+@click.argument("name", type=click.Choice(["diagnosis", "signature", "rule", "fixture"]), default="diagnosis")
+def schema_command(name: str) -> None:
+    """Print a JSON Schema: the diagnosis output, or a knowledge-base file type for editors."""
+    from .schemas import schema_text
 
-    click.echo(json.dumps(Diagnosis.model_json_schema(), indent=2, sort_keys=True))
+    click.echo(schema_text(name), nl=False)
 
 
 def _load(rules_dirs: Sequence[str]) -> Any:
