@@ -75,10 +75,10 @@ def compare(expect: FixtureExpectation, analysis: Analysis) -> list[str]:
     if expect.symptom is not None and d.symptom != expect.symptom:
         failures.append(f"symptom is {d.symptom.value}, expected {expect.symptom.value}")
     if expect.primary_bucket is not None:
-        wanted = None if expect.primary_bucket == "none" else expect.primary_bucket
-        got = d.primary_bucket
-        if (got.value if got else None) != (wanted.value if hasattr(wanted, "value") else wanted):  # type: ignore[union-attr]
-            failures.append(f"primary bucket is {got.value if got else None}, expected {expect.primary_bucket}")
+        wanted = None if expect.primary_bucket == "none" else getattr(expect.primary_bucket, "value", expect.primary_bucket)
+        got = d.primary_bucket.value if d.primary_bucket else None
+        if got != wanted:
+            failures.append(f"primary bucket is {got}, expected {wanted}")
     if expect.first_cause is not None and (not ranked or ranked[0] != expect.first_cause):
         failures.append(f"first cause is {ranked[0] if ranked else None}, expected {expect.first_cause} (ranking: {ranked[:5]})")
     for rule in expect.top3:

@@ -85,12 +85,15 @@ def check_examples(kb: KnowledgeBase) -> Iterable[Problem]:
 
 
 def _pathological_inputs(sig: CompiledSignature) -> list[str]:
-    seeds = list(sig.literals or ()) + [" ", "a", "0"]
+    seeds = list(sig.literals or ()) + [""]
     inputs = []
     for seed in seeds:
-        inputs.append(seed + " " * 3000 + "!")
+        # Short runs expose exponential backtracking, long runs polynomial; the NUL makes the match fail late.
+        for char in "a0 _-.:/x":
+            inputs.append(seed + char * 32 + "\x00")
+            inputs.append(seed + char * 3000 + "\x00")
         inputs.append(seed + ("a" * 40 + " ") * 120 + "\x00")
-        inputs.append((seed + " 1") * 400 + "!")
+        inputs.append((seed + " 1") * 400 + "\x00")
     return inputs
 
 
