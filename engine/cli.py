@@ -25,6 +25,7 @@ FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "markdown", 
 RULES_DIRS = click.option("--rules-dir", "rules_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack (repeatable).")
 ENGINE = click.option("--engine", type=click.Choice(["default", "durable"]), default="default", show_default=True)
 OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+JOBS = click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True, help="Worker processes reading files in parallel.")
 NO_REDACT = click.option("--no-redact", is_flag=True, help="Keep tokens, keys and passwords in the output.")
 
 
@@ -84,10 +85,10 @@ def main() -> None:
 
 
 def _run(
-    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool
+    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
-    analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact)
+    analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
     report_warnings(analysis.diagnosis)
     write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output)), output)
     return analysis.diagnosis
@@ -100,9 +101,12 @@ def _run(
 @ENGINE
 @OUTPUT
 @NO_REDACT
-def diagnose(paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool) -> None:
+@JOBS
+def diagnose(
+    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int
+) -> None:
     """Diagnose a run from its folder(s), files, or `-` for stdin."""
-    sys.exit(guarded(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact), EXIT_OK)[1]))
+    sys.exit(guarded(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs), EXIT_OK)[1]))
 
 
 @main.command()

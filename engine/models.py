@@ -6,6 +6,7 @@ ignored field.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -67,7 +68,11 @@ class Pattern(Strict):
         expanded = {k: v for k, v in data.items() if k != key}
         expanded["fact"] = key
         where = dict(expanded.get("where") or {})
-        where[shorthands[key]] = data[key]
+        value = data[key]
+        if key == "config" and isinstance(value, str):
+            # `config: rollout.max_tokens` also finds `actor.rollout.max_tokens`: trainers nest the same keys differently.
+            value = {"matches": r"(^|\.)" + re.escape(value) + "$"}
+        where[shorthands[key]] = value
         expanded["where"] = where
         return expanded
 

@@ -81,10 +81,22 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
     return text, rank, actor
 
 
+def _is_redraw(part: str) -> bool:
+    return "%|" in part and ("it/s" in part or "s/it" in part or "?it" in part)
+
+
 def segments(line: str) -> list[Segment]:
-    """Split a physical line into the messages it carries."""
+    """Split a physical line into the messages it carries.
+
+    A captured tqdm bar is one physical line of thousands of carriage-return redraws; a message
+    printed while the bar runs lands after a redraw. The first and last redraws are kept (they carry
+    the start and the furthest progress), the redraws between them are dropped, messages never.
+    """
     line = line.rstrip("\n")
     parts = [p for p in line.split("\r") if p.strip()] or [line]
+    if len(parts) > 4:
+        middle = [p for p in parts[1:-2] if not _is_redraw(p)]
+        parts = [parts[0], *middle, *parts[-2:]]
     out = []
     for part in parts:
         raw = ANSI.sub("", part)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Sequence
+from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from . import __version__
 from .errors import InputError
@@ -59,6 +60,7 @@ class Analysis:
 
 
 _scanners: dict[int, Scanner] = {}
+_worker_lock = threading.Lock()
 _scanner_lock = threading.Lock()
 
 
@@ -75,7 +77,9 @@ def config_keys(kb: KnowledgeBase) -> list[str]:
                         elif isinstance(value, list):
                             keys.update(v for v in value if isinstance(v, str))
                         elif value is not None and getattr(value, "matches", None):
-                            keys.add(str(value.matches).replace("(^|\\.)", "").rstrip("$").replace("\\", ""))  # type: ignore[union-attr]
+                            literal = re.sub(r"^\(\^\|\\\.\)|\$$", "", str(value.matches))  # type: ignore[union-attr]
+                            if re.fullmatch(r"(?:[\w]|\\\.)+", literal):
+                                keys.add(literal.replace("\\.", "."))
     return sorted(keys)
 
 
@@ -146,6 +150,42 @@ def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tu
         return scan, facts
 
 
+# What forked workers inherit instead of receiving it pickled (sources hold open functions).
+_worker_state: tuple[KnowledgeBase, list[Source]] | None = None
+
+
+def _read_in_worker(index: int) -> tuple[FileScan | None, list[BaseFact], list[Warning]]:
+    assert _worker_state is not None
+    kb, sources = _worker_state
+    notes: list[Warning] = []
+    scan, facts = read_source(sources[index], scanner_for(kb), notes)
+    return scan, facts, notes
+
+
+def read_sources(
+    sources: list[Source], kb: KnowledgeBase, scanner: Scanner, jobs: int
+) -> Iterator[tuple[FileScan | None, list[BaseFact], list[Warning]]]:
+    """Read every source, in order; with jobs > 1, in forked worker processes (the GIL would
+    serialise threads), each inheriting the compiled knowledge base."""
+    import multiprocessing
+
+    if jobs <= 1 or len(sources) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for source in sources:
+            notes: list[Warning] = []
+            scan, facts = read_source(source, scanner, notes)
+            yield scan, facts, notes
+        return
+    global _worker_state
+    from concurrent.futures import ProcessPoolExecutor
+
+    with _worker_lock:
+        _worker_state = (kb, sources)
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            yield from pool.map(_read_in_worker, range(len(sources)), chunksize=max(1, len(sources) // (jobs * 8)))
+        _worker_state = None
+
+
 def analyse(
     paths: Sequence[str],
     *,
@@ -155,6 +195,7 @@ def analyse(
     stdin: BinaryIO | None = None,
     kb: KnowledgeBase | None = None,
     redact: bool = True,
+    jobs: int = 1,
 ) -> Analysis:
     if not paths:
         raise InputError("no input given")
@@ -165,8 +206,8 @@ def analyse(
     scans: list[FileScan] = []
     facts: list[BaseFact] = []
     parsed: list[BaseFact] = []
-    for source in sources:
-        scan, extra = read_source(source, scanner, warnings)
+    for scan, extra, notes in read_sources(sources, kb, scanner, jobs):
+        warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
             scans.append(scan)

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Speed and memory of `rltriage diagnose`, side by side with `grep -c -E -f <every signature's pattern>`.
+
+Generates (in a temporary folder, or --workdir) a realistic training log of the requested sizes —
+tqdm progress bars redrawn with carriage returns, vLLM and NCCL INFO noise, warnings, wandb lines, a
+few real failure lines — plus a run folder of 256 rank logs, then reports in one run:
+
+* diagnose wall time vs grep wall time on the same file, as a ratio (target: <= 2x on 1 GB);
+* peak RSS of diagnose for each size (target: < 200 MB and flat as the input grows);
+* throughput on the 256-file run folder with --jobs 1 and --jobs 2 (target: near-linear).
+
+Usage: python bench/run.py [--sizes 0.1,1,4] [--workdir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+NOISE = [
+    "{host}:{pid}:{tid} [{dev}] NCCL INFO Channel {ch:02d}/0 : {dev}[{dev}] -> {nxt}[{nxt}] via P2P/IPC/read",
+    "{host}:{pid}:{tid} [{dev}] NCCL INFO comm 0x7f{hex} rank {dev} nranks 8 cudaDev {dev} nvmlDev {dev} busId {bus}000 commId 0x{hex} - Init COMPLETE",
+    "(EngineCore_DP0 pid={pid}) INFO {mm}-{dd} {hh}:{mi}:{ss} [loggers.py:123] Engine 000: Avg prompt throughput: {tp:.1f} tokens/s, Avg generation throughput: {gt:.1f} tokens/s, Running: {run} reqs, Waiting: 0 reqs, GPU KV cache usage: {kv:.1f}%, Prefix cache hit rate: {pc:.1f}%",
+    "{yyyy}-{mm}-{dd} {hh}:{mi}:{ss} - INFO - __main__ - rollout batch {step} collected {n} completions",
+    "/usr/local/lib/python3.11/site-packages/torch/utils/checkpoint.py:87: UserWarning: None of the inputs have requires_grad=True. Gradients will be None",
+    "wandb: WARNING Step must only increase in log calls.  Step {step} < {n}; dropping {{'train/loss': 0.1}}.",
+    "(WorkerDict pid={pid}, ip=10.0.{a}.{b}) INFO {mm}-{dd} {hh}:{mi}:{ss} [gpu_model_runner.py:1347] Model loading took 2.8764 GiB and 1.532114 seconds",
+]
+FAILURES = [
+    "[rank3]:[E1218 20:27:21.433063423 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.32 GiB. GPU 0 has a total capacity of 79.15 GiB of which 1.06 GiB is free. Including non-PyTorch memory, this process has 78.08 GiB memory in use.",
+    "W1218 20:27:21.433063 140 ucx_utils.cpp:628] 8 NVIDIA GPU(s) were detected, but UCX CUDA support was not found! GPU memory is not supported.",
+]
+
+
+def noise_line(rng: random.Random, step: int) -> str:
+    template = rng.choice(NOISE)
+    return template.format(
+        host="node-" + str(rng.randrange(16)), pid=rng.randrange(1000, 99999), tid=rng.randrange(1000, 99999), dev=rng.randrange(8),
+        nxt=rng.randrange(8), ch=rng.randrange(32), hex=f"{rng.getrandbits(40):010x}", bus=rng.randrange(10, 99), mm="05", dd="14",
+        hh=f"{rng.randrange(24):02d}", mi=f"{rng.randrange(60):02d}", ss=f"{rng.randrange(60):02d}", tp=rng.random() * 1000, gt=rng.random() * 5000,
+        run=rng.randrange(64), kv=rng.random() * 100, pc=rng.random() * 100, yyyy=2025, step=step, n=rng.randrange(512), a=rng.randrange(255), b=rng.randrange(255),
+    )
+
+
+def progress_line(step: int, total: int) -> str:
+    redraws = [f" {int(100 * s / total):3d}%|{'█' * (s * 10 // total):<10}| {s}/{total} [{s:02d}:00<10:00, 12.00s/it]" for s in range(max(0, step - 30), step + 1)]
+    return "\r".join(redraws)
+
+
+def write_log(path: Path, size: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    written = 0
+    step = 0
+    failures_at = {int(size * f) for f in (0.3, 0.6, 0.95)}
+    pending = sorted(failures_at)
+    with path.open("w", encoding="utf-8") as out:
+        out.write("[INFO|trainer.py:2414] 2025-05-14 09:13:14,220 >> ***** Running training *****\n")
+        while written < size:
+            if rng.random() < 0.01:
+                step += 1
+                line = progress_line(step, 100000)
+            else:
+                line = noise_line(rng, step)
+            if pending and written >= pending[0]:
+                line = FAILURES[len(failures_at) - len(pending)]
+                pending.pop(0)
+            out.write(line + "\n")
+            written += len(line) + 1
+
+
+def ere(pattern: str) -> str | None:
+    """A signature pattern in grep -E syntax, or None when it cannot be expressed there."""
+    if re.search(r"\(\?[=!<]|\\[bBAZ]|\(\?P=", pattern):
+        return None
+    out = re.sub(r"\(\?P<\w+>", "(", pattern)
+    out = out.replace("(?:", "(").replace("(?i)", "")
+    out = re.sub(r"([*+?}])\?", r"\1", out)
+    out = out.replace(r"\d", "[0-9]").replace(r"\D", "[^0-9]")
+    return out
+
+
+def grep_patterns(workdir: Path) -> tuple[Path, int, int]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import rltriage
+
+    kb = rltriage.load_knowledge_base()
+    patterns = [ere(sig.model.pattern) for sig in kb.signatures.values()]
+    usable = [p for p in patterns if p]
+    target = workdir / "patterns.ere"
+    target.write_text("\n".join(usable) + "\n", encoding="utf-8")
+    return target, len(usable), len(patterns)
+
+
+def timed(cmd: list[str]) -> tuple[float, int]:
+    """Wall time and peak RSS (KiB) of one command, measured in a fresh child."""
+    probe = (
+        "import resource, subprocess, sys, time, json;"
+        "t = time.perf_counter(); subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
+        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True)
+    seconds, rss = json.loads(result.stdout)
+    return seconds, rss
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="0.1,1,4", help="log sizes in GB")
+    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rltriage-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    rltriage = [sys.executable, "-m", "rltriage", "diagnose", "--format", "json"]
+    try:
+        patterns, usable, total = grep_patterns(workdir)
+        print(f"signatures: {total} ({usable} expressible for grep -E)")
+        print(f"{'size':>7} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
+        for size_gb in [float(s) for s in args.sizes.split(",")]:
+            log = workdir / f"train-{size_gb:g}GB.log"
+            if not log.exists():
+                write_log(log, int(size_gb * 1e9))
+            grep_s = min(timed(["grep", "-c", "-E", "-f", str(patterns), str(log)])[0] for _ in range(args.repeat))
+            runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
+            diag_s = min(r[0] for r in runs)
+            rss = max(r[1] for r in runs)
+            print(f"{size_gb:>6g}G {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}")
+        folder = workdir / "run-256-ranks"
+        if not folder.exists():
+            folder.mkdir()
+            for rank in range(256):
+                write_log(folder / f"rank{rank}.log", 2_000_000, seed=rank)
+        size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
+        results = {}
+        for jobs in (1, 2):
+            seconds, rss = timed([*rltriage, "--jobs", str(jobs), str(folder)])
+            results[jobs] = seconds
+            print(f"256 rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
+        print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
+    finally:
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("NO_COLOR", "1")
+    sys.exit(main())
