@@ -112,10 +112,9 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
         weights = [c.weight for c in item.contributions]
         parts = " + ".join(f"{c.rule} ({c.weight:+.2f})" for c in item.contributions)
         lines.append(f"  score = noisy-or of {parts} = {combine(weights):.2f}")
-        for firing in inference.firings:
-            if firing.cause == item.rule:
-                _chain(firing, inference, 1, set(), lines)
-                break
+        for contribution in item.contributions:
+            firing = next(f for f in inference.firings if f.cause == item.rule and f.rule == contribution.rule)
+            _chain(firing, inference, 1, set(), lines)
         for ev in item.evidence:
             lines.append(f"  evidence {ev.path}:{ev.line}  {ev.text.strip()[:160]}")
         lines.append("")

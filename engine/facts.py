@@ -13,7 +13,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from .infer import BaseFact, stage_definitions
 from .result import Evidence
 from .scan import FileScan, Tally
-from .vocabulary import InputKind
+from .vocabulary import LOG_KINDS, InputKind
 
 # Keys the report and the smoke-test reduction quote even when no rule matches on them.
 WELL_KNOWN_CONFIG_KEYS = (
@@ -218,7 +218,8 @@ def numbered_lines(stream: BinaryIO, limit: int) -> Iterable[tuple[int, str]]:
 
 
 def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
-    facts = [BaseFact("run", {"mode": mode, "inputs": inputs, "log_lines": sum(s.lines for s in scans)})]
+    logs = [s for s in scans if s.kind in LOG_KINDS]
+    facts = [BaseFact("run", {"mode": mode, "inputs": inputs, "logs": len(logs), "log_lines": sum(s.lines for s in logs)})]
     for scan in scans:
         facts.append(BaseFact("input", {"path": scan.path, "kind": scan.kind.value, "lines": scan.lines}))
     facts.extend(stage_definitions())

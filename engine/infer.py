@@ -41,7 +41,7 @@ BASE_FACTS: dict[str, tuple[str, ...]] = {
     "kernel": ("version", "path", "line"),
     "input": ("path", "kind", "lines"),
     "stage_def": ("name", "order", "next"),
-    "run": ("mode", "inputs", "log_lines"),
+    "run": ("mode", "inputs", "logs", "log_lines"),
 }
 
 
@@ -587,6 +587,9 @@ class DefaultEngine:
         store = _Store(program.indexed)
         for base in facts:
             store.add(base.type, base.fields, base.evidence)
+        # The budget grows with the input (a rule may fire once per fact) but stays finite, so a
+        # chain that derives new facts forever is still stopped.
+        budget = max(budget, 8 * len(store.facts))
         firings: list[Firing] = []
         suppressions: list[SuppressionRecord] = []
         fired_keys: set[tuple[str, tuple[int, ...]]] = set()

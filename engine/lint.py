@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 from .errors import KnowledgeBaseError, Problem
 from .expectations import check_signature_examples
 from .infer import BASE_FACTS, rule_patterns
+from .literals import group_sets
 from .load import CompiledSignature, KnowledgeBase, LoadedRule, load_knowledge_base
 from .render import environment, template_context
 from .vocabulary import Status, ValueType
@@ -126,29 +127,37 @@ def _declared_fields(kb: KnowledgeBase) -> dict[str, set[str]]:
     return fields
 
 
-def synthetic_bindings(kb: KnowledgeBase, loaded: LoadedRule) -> dict[str, dict[str, Any]]:
-    """The fields each alias of the rule is guaranteed to carry, with sample values."""
+def synthetic_bindings(
+    kb: KnowledgeBase, loaded: LoadedRule, loose: Any = "x", choice: dict[str, str] | None = None, way: int = 0
+) -> dict[str, dict[str, Any]]:
+    """The fields each alias of the rule is guaranteed to carry, with sample values.
+
+    `loose` is the sample for fields whose type nothing declares (config values, derived facts);
+    `choice` picks, per alias, which of the signatures listed in its pattern matched.
+    """
     declared = _declared_fields(kb)
     slots, _negatives = rule_patterns(loaded.model)
     bindings: dict[str, dict[str, Any]] = {}
+    primes = iter((2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53))
     for slot in slots:
         for pattern in slot:
             if pattern.alias.startswith("_"):
                 continue
-            values: dict[str, Any] = {name: "x" for name in declared.get(pattern.type, set())}
+            sample = next(primes, 59) if loose == "primes" else loose
+            values: dict[str, Any] = {name: sample for name in declared.get(pattern.type, set())}
+            for check in pattern.literal_checks:
+                if check.op == "eq":
+                    values[check.field] = check.value
             if pattern.type == "hit":
-                for check in pattern.literal_checks:
-                    if check.field != "signature":
-                        continue
-                    ids = check.value if isinstance(check.value, list) else [check.value]
-                    # Only groups every listed signature has are guaranteed.
-                    common: set[str] | None = None
-                    for sig_id in ids:
-                        sig = kb.signatures.get(str(sig_id))
-                        groups = set(sig.regex.groupindex) if sig else set()
-                        common = groups if common is None else common & groups
-                    for group in sorted(common or ()):
-                        sig = kb.signatures[str(ids[0])]
+                sig_id = (choice or {}).get(pattern.alias) or next(iter(_signature_choices(pattern)), None)
+                sig = kb.signatures.get(str(sig_id)) if sig_id else None
+                if sig is not None:
+                    values["signature"] = sig.id
+                    # Optional groups may be absent at run time; templates must guard them, so only
+                    # groups outside any optional part count as guaranteed.
+                    ways = group_sets(sig.model.pattern)
+                    groups = set(sig.regex.groupindex) if ways is None else ways[min(way, len(ways) - 1)]
+                    for group in sorted(groups):
                         sample = _sample(sig.model.values.get(group))
                         values[group] = sample
                         values[f"last_{group}"] = sample
@@ -157,26 +166,71 @@ def synthetic_bindings(kb: KnowledgeBase, loaded: LoadedRule) -> dict[str, dict[
     return bindings
 
 
+def _signature_choices(pattern: Any) -> list[str]:
+    for check in pattern.literal_checks:
+        if check.field == "signature" and check.op in ("eq", "in"):
+            return [str(v) for v in (check.value if isinstance(check.value, list) else [check.value])]
+    return []
+
+
+def _candidates(kb: KnowledgeBase, loaded: LoadedRule) -> Iterable[dict[str, dict[str, Any]]]:
+    slots, _negatives = rule_patterns(loaded.model)
+    options = [(p.alias, _signature_choices(p)) for slot in slots for p in slot if p.type == "hit" and not p.alias.startswith("_")]
+    combos: list[dict[str, str]] = [{}]
+    for alias, ids in options:
+        combos = [{**c, alias: sig_id} for c in combos for sig_id in (ids or [""])][:32]
+    for combo in combos:
+        ways = max((len(group_sets(kb.signatures[s].model.pattern) or [0]) for s in combo.values() if s in kb.signatures), default=1)
+        for way in range(ways):
+            yield from (synthetic_bindings(kb, loaded, loose, combo, way) for loose in ("x", "primes", 1024))
+
+
 def check_templates(kb: KnowledgeBase) -> Iterable[Problem]:
     env = environment(kb)
     for loaded in kb.rules:
         model = loaded.model
-        context = template_context(synthetic_bindings(kb, loaded), [])
         pieces: list[tuple[tuple[Any, ...], str | None, str | None]] = [(("fix",), model.fix, None), (("fix_template",), None, model.fix_template)]
         for index, step in enumerate(model.patch_plan):
             pieces.append((("patch_plan", index, "target"), step.target, None))
             pieces.append((("patch_plan", index, "change"), step.change, None))
         for index, text in enumerate(model.verify):
             pieces.append((("verify", index), text, None))
-        for loc, text, name in pieces:
-            if text is None and name is None:
-                continue
-            try:
-                template = env.get_template(name) if name else env.from_string(text or "")
-                template.render(**context)
-            except Exception as exc:  # noqa: BLE001 - any render failure is the contributor's to fix
-                line, col = loaded.origin.at(*loc)
-                yield Problem(loaded.origin.display, line, col, "template", f"does not render with the rule's fields: {type(exc).__name__}: {exc}")
+        pieces = [p for p in pieces if p[1] is not None or p[2] is not None]
+        failures: dict[tuple[Any, ...], str] = {}
+        by_signature: dict[str, list[dict[str, dict[str, Any]]]] = {}
+        for bindings in _candidates(kb, loaded):
+            key = repr(sorted((a, f.get("signature"), tuple(sorted(f))) for a, f in bindings.items()))
+            by_signature.setdefault(key, []).append(bindings)
+        for group in by_signature.values():
+            # One consistent typing of the untyped fields must render every piece; prefer typings
+            # under which the rule's tests can hold.
+            viable = [b for b in group if _tests_hold(loaded, b)] or group
+            for loc, text, name in pieces:
+                errors = []
+                for bindings in viable:
+                    try:
+                        template = env.get_template(name) if name else env.from_string(text or "")
+                        template.render(**template_context(bindings, []))
+                        break
+                    except Exception as exc:  # noqa: BLE001 - any render failure is the contributor's to fix
+                        errors.append(f"{type(exc).__name__}: {exc}")
+                else:
+                    failures.setdefault(loc, errors[0])
+        for loc, error in sorted(failures.items(), key=lambda item: str(item[0])):
+            line, col = loaded.origin.at(*loc)
+            yield Problem(loaded.origin.display, line, col, "template", f"does not render with the rule's fields: {error}")
+
+
+def _tests_hold(loaded: LoadedRule, bindings: dict[str, dict[str, Any]]) -> bool:
+    from .infer import _sandbox
+
+    for text in loaded.model.when.test:
+        try:
+            if not _sandbox.compile_expression(text)(**bindings):
+                return False
+        except Exception:  # noqa: BLE001
+            return False
+    return True
 
 
 def check_sandbox_escape(kb: KnowledgeBase) -> Iterable[Problem]:

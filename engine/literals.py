@@ -81,3 +81,34 @@ def is_case_insensitive(pattern: str) -> bool:
         return bool(sre_parse.parse(pattern).state.flags & sre_constants.SRE_FLAG_IGNORECASE)
     except Exception:  # noqa: BLE001
         return False
+
+
+def group_sets(pattern: str, limit: int = 8) -> list[set[str]] | None:
+    """The possible sets of named groups a match sets for sure: one set per way through the
+    pattern's alternations (optional parts set nothing for sure). None when it cannot be analysed."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001
+        return None
+    names = {index: name for name, index in parsed.state.groupdict.items()}
+
+    def seq(items: Any) -> list[frozenset[int]]:
+        ways: list[frozenset[int]] = [frozenset()]
+        for op, av in items:
+            options = element(op, av)
+            ways = list(dict.fromkeys(w | o for w in ways for o in options))[:limit]
+        return ways
+
+    def element(op: Any, av: Any) -> list[frozenset[int]]:
+        if op is sre_constants.SUBPATTERN:
+            inner = seq(av[-1])
+            return [w | {av[0]} for w in inner] if av[0] is not None else inner
+        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT, getattr(sre_constants, "POSSESSIVE_REPEAT", None)):
+            return seq(av[2]) if av[0] >= 1 else [frozenset()]
+        if op is sre_constants.BRANCH:
+            return [w for branch in av[1] for w in seq(branch)][:limit]
+        if op is getattr(sre_constants, "ATOMIC_GROUP", None):
+            return seq(av)
+        return [frozenset()]
+
+    return [{names[i] for i in way if i in names} for way in seq(list(parsed))]

@@ -38,14 +38,22 @@ _RULES: list[tuple[re.Pattern[str], str | _Sub]] = [
     (re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]+:)[^@\s/]+(@)"), lambda m: m.group(1) + MASK + m.group(2)),
     (re.compile(r"(?i)(\bwandb\b[^\n]{0,60}?\b)([0-9a-f]{40})\b"), _keep(1)),
     (re.compile(r"(?i)(\blocal-)[0-9a-f]{40}\b"), _keep(1)),
-    # Values of environment variables / options whose names say what they hold.
+    # Values of environment variables, config keys and options whose names say what they hold: the
+    # word must be a whole part of the name (HF_TOKEN, api-key), so `max_tokens` or
+    # TOKENIZERS_PARALLELISM keep their values.
     (
         re.compile(
-            r"(?i)(\b[A-Z0-9_]*(?:API_?KEY|ACCESS_?KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIALS?)[A-Z0-9_]*[\"']?\s*(?:=|:)\s*[\"']?)(?!\[REDACTED\])[^\s\"',;}]+"
+            r"(?i)((?<![\w.-])[\"']?(?:[a-z0-9]+[_.-])*(?:api[_-]?key|access[_-]?key|secret|token|password|passwd|credentials?|private[_-]?key)"
+            r"(?:[_.-][a-z0-9]+)*[\"']?\s*[=:]\s*[\"']?)(?!\[REDACTED\])[^\s\"',;}]+"
         ),
         _keep(1),
     ),
-    (re.compile(r"(?i)(--?[a-z0-9_\-]*(?:api[_-]?key|token|secret|password)[a-z0-9_\-]*[ =])(?!\[REDACTED\])(?!-)\S+"), _keep(1)),
+    (
+        re.compile(
+            r"(?i)((?<![\w-])--?(?:[a-z0-9]+[_-])*(?:api[_-]?key|token|secret|password)(?:[_-][a-z0-9]+)*[ =])(?!\[REDACTED\])(?!-)\S+"
+        ),
+        _keep(1),
+    ),
 ]
 
 

@@ -12,9 +12,9 @@ from .conftest import all_fixtures
 
 
 def test_ids_are_namespaced_and_unique(kb: KnowledgeBase) -> None:
-    ids = [r.id for r in kb.rules] + list(kb.signatures)
-    assert len(ids) == len(set(ids))
-    for item in ids:
+    rule_ids = [r.id for r in kb.rules]
+    assert len(rule_ids) == len(set(rule_ids))
+    for item in rule_ids + list(kb.signatures):
         assert re.match(ID_PATTERN, item), item
 
 
