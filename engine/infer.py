@@ -16,10 +16,12 @@ The engine keeps no state between runs, so one compiled program is shared by any
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -142,6 +144,24 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     return value
+
+
+def equality_key(value: Any) -> Any:
+    """A hash key that equal values (in the rule language's loose sense: 1 == "1" == 1.0,
+    True == "true") share. Values with the same key may still differ; candidates found through
+    the key are re-checked with the operators, so the key only has to over-approximate."""
+    if isinstance(value, bool):
+        return ("n", 1.0 if value else 0.0)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return ("n", 1.0 if value.lower() == "true" else 0.0)
+    if isinstance(value, (int, float, str)):
+        try:
+            number = _number(value)
+        except OverflowError:
+            number = None
+        if number is not None:
+            return ("n", number + 0.0)  # -0.0 and 0.0 share a key
+    return ("o", _hashable(value))
 
 
 def fact_key(type_: str, fields: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -437,11 +457,16 @@ def resolve_field(value: Any, bindings: Mapping[str, Fact]) -> Any:
     if isinstance(value, str) and "{{" in value:
         context = {alias: dict(fact.fields) for alias, fact in bindings.items()}
         try:
-            rendered = _sandbox.from_string(value).render(**context).strip()
+            rendered = _field_template(value).render(**context).strip()
         except Exception:  # noqa: BLE001
             return None
         return coerce(rendered)
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _field_template(text: str) -> Any:
+    return _sandbox.from_string(text)
 
 
 def coerce(text: str) -> Any:
@@ -487,6 +512,8 @@ class _Store:
         self.keys: dict[tuple[Any, ...], Fact] = {}
         self.indexed = indexed
         self.index: dict[tuple[str, str, Any], list[Fact]] = defaultdict(list)
+        # Fact ids beside each list, kept sorted by construction, for bisecting a semi-naive range.
+        self.ids: dict[int, list[int]] = {}
 
     def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Evidence, ...]) -> Fact | None:
         key = fact_key(type_, fields)
@@ -501,12 +528,19 @@ class _Store:
             return None
         fact = Fact(len(self.facts), type_, dict(fields), evidence)
         self.facts.append(fact)
-        self.by_type[type_].append(fact)
+        self._append(self.by_type[type_], fact)
         self.keys[key] = fact
         for name in self.indexed.get(type_, ()):
             if name in fact.fields:
-                self.index[(type_, name, _hashable(fact.fields[name]))].append(fact)
+                self._append(self.index[(type_, name, equality_key(fact.fields[name]))], fact)
         return fact
+
+    def _append(self, facts: list[Fact], fact: Fact) -> None:
+        facts.append(fact)
+        self.ids.setdefault(id(facts), []).append(fact.id)
+
+    def _ids(self, facts: list[Fact]) -> list[int]:
+        return self.ids.get(id(facts)) or [f.id for f in facts]
 
     def candidates(self, pattern: CompiledPattern, low: int, high: int) -> list[Fact]:
         """Facts with ids in [low, high) that pass the pattern's literal checks."""
@@ -514,17 +548,17 @@ class _Store:
         for check in pattern.literal_checks:
             if check.field in self.indexed.get(pattern.type, ()):
                 if check.op == "eq":
-                    pool = self.index.get((pattern.type, check.field, _hashable(check.value)), [])
+                    pool = self.index.get((pattern.type, check.field, equality_key(check.value)), [])
                     break
                 if check.op == "in":
                     merged: list[Fact] = []
                     for value in check.value:
-                        merged.extend(self.index.get((pattern.type, check.field, _hashable(value)), []))
-                    pool = sorted(set(merged), key=lambda f: f.id)
+                        merged.extend(self.index.get((pattern.type, check.field, equality_key(value)), []))
+                    pool = sorted({f.id: f for f in merged}.values(), key=lambda f: f.id)
                     break
         if pool is None:
             pool = self.by_type.get(pattern.type, [])
-        ids = [f.id for f in pool]
+        ids = self._ids(pool)
         start, stop = bisect.bisect_left(ids, low), bisect.bisect_left(ids, high)
         return [f for f in pool[start:stop] if literal_match(pattern, f)]
 
@@ -580,45 +614,54 @@ def negation_blocker(store_facts: Iterable[Fact], pattern: CompiledPattern, bind
     return None
 
 
+def chain(program: Program, store: _Store, facts: Sequence[BaseFact], budget: int = DEFAULT_BUDGET) -> Inference:
+    """The stratified semi-naive loop, shared by every engine; `store` decides single-fact matches."""
+    for base in facts:
+        store.add(base.type, base.fields, base.evidence)
+    # The budget grows with the input (a rule may fire once per fact) but stays finite, so a
+    # chain that derives new facts forever is still stopped.
+    budget = max(budget, 8 * len(store.facts))
+    firings: list[Firing] = []
+    suppressions: list[SuppressionRecord] = []
+    fired_keys: set[tuple[str, tuple[int, ...]]] = set()
+    per_rule: Counter[str] = Counter()
+    wanted = {rule.id: frozenset(p.type for slot in rule.slots for p in slot) for rule in program.rules}
+    for stratum in program.strata:
+        delta_start = 0
+        delta_end = len(store.facts)
+        while delta_start < delta_end:
+            # A rule can only find a new tuple if one of its patterns wants a type that is new.
+            new_types = {fact.type for fact in store.facts[delta_start:delta_end]}
+            for rule in stratum:
+                if wanted[rule.id] and wanted[rule.id].isdisjoint(new_types):
+                    continue
+                for bound in list(_join(store, rule, delta_start, delta_end)):
+                    ids = tuple(fact.id for _pattern, fact in bound.values())
+                    key = (rule.id, ids)
+                    if key in fired_keys or not refs_hold(bound):
+                        continue
+                    bindings = {alias: fact for alias, (_p, fact) in bound.items()}
+                    if any(negation_blocker(store.by_type.get(n.type, ()), n, bindings) for n in rule.negatives):
+                        continue
+                    if not tests_pass(rule, bindings)[0]:
+                        continue
+                    fired_keys.add(key)
+                    per_rule[rule.id] += 1
+                    if len(fired_keys) > budget:
+                        worst, count = per_rule.most_common(1)[0]
+                        raise InferenceError(
+                            f"firing budget of {budget} exceeded: rule {worst} fired {count} times; its chain does not reach a fixpoint"
+                        )
+                    firings.append(_fire(store, rule, bindings, ids, suppressions))
+            delta_start, delta_end = delta_end, len(store.facts)
+    return Inference(store.facts, firings, suppressions)
+
+
 class DefaultEngine:
     name = "default"
 
     def run(self, program: Program, facts: Sequence[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference:
-        store = _Store(program.indexed)
-        for base in facts:
-            store.add(base.type, base.fields, base.evidence)
-        # The budget grows with the input (a rule may fire once per fact) but stays finite, so a
-        # chain that derives new facts forever is still stopped.
-        budget = max(budget, 8 * len(store.facts))
-        firings: list[Firing] = []
-        suppressions: list[SuppressionRecord] = []
-        fired_keys: set[tuple[str, tuple[int, ...]]] = set()
-        per_rule: Counter[str] = Counter()
-        for stratum in program.strata:
-            delta_start = 0
-            delta_end = len(store.facts)
-            while delta_start < delta_end:
-                for rule in stratum:
-                    for bound in list(_join(store, rule, delta_start, delta_end)):
-                        ids = tuple(fact.id for _pattern, fact in bound.values())
-                        key = (rule.id, ids)
-                        if key in fired_keys or not refs_hold(bound):
-                            continue
-                        bindings = {alias: fact for alias, (_p, fact) in bound.items()}
-                        if any(negation_blocker(store.by_type.get(n.type, ()), n, bindings) for n in rule.negatives):
-                            continue
-                        if not tests_pass(rule, bindings)[0]:
-                            continue
-                        fired_keys.add(key)
-                        per_rule[rule.id] += 1
-                        if len(fired_keys) > budget:
-                            worst, count = per_rule.most_common(1)[0]
-                            raise InferenceError(
-                                f"firing budget of {budget} exceeded: rule {worst} fired {count} times; its chain does not reach a fixpoint"
-                            )
-                        firings.append(_fire(store, rule, bindings, ids, suppressions))
-                delta_start, delta_end = delta_end, len(store.facts)
-        return Inference(store.facts, firings, suppressions)
+        return chain(program, _Store(program.indexed), facts, budget)
 
 
 def _fire(
