@@ -321,5 +321,19 @@ def explain_command(paths: tuple[str, ...], cause: str | None, bucket: str | Non
     sys.exit(guarded(action))
 
 
+def _register_commands() -> None:
+    """Commands that live in their own modules."""
+    from .batch import batch_command
+    from .smoke import smoke_command
+    from .verify import verify_command
+    from .watch import watch_command
+
+    for command in (batch_command, watch_command, verify_command, smoke_command):
+        main.add_command(command)
+
+
+_register_commands()
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

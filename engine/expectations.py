@@ -121,6 +121,11 @@ def check_signature_examples(sig: CompiledSignature, kb: KnowledgeBase) -> list[
     origin = sig.origin
 
     def hits(line: str, kind: InputKind) -> list[dict[str, object]]:
+        if sig.model.scope == "frame":
+            from .scan import extract
+
+            match = sig.regex.search(line.strip())
+            return [extract(sig, match)] if match else []
         scan = scanner.scan("example", kind, io.BytesIO(line.encode("utf-8") + b"\n"))
         return [dict(t.first.values) for t in scan.tallies.values() if t.signature == sig.id and t.first is not None]
 

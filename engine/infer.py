@@ -38,11 +38,15 @@ DEFAULT_BUDGET = 50_000
 # Fact types the pipeline asserts before any rule runs, with the fields they always carry.
 BASE_FACTS: dict[str, tuple[str, ...]] = {
     "hit": ("signature", "path", "kind", "count", "line", "text", "rank", "ranks", "timestamp"),
+    # Frame signatures' hits carry where in which stack they matched, besides the hit fields.
+    "frame_hit": ("process", "thread", "main", "depth", "stack", "dump", "state"),
     "config": ("key", "name", "value", "path", "line", "source"),
     "package": ("name", "version", "path", "line"),
     "kernel": ("version", "path", "line"),
     "input": ("path", "kind", "lines"),
     "stage_def": ("name", "order", "next"),
+    "stack": ("path", "process", "thread", "main", "kind", "top", "depth", "line", "stack"),
+    "stack_outlier": ("path", "process", "thread", "top", "line", "majority_top", "majority_count", "total"),
     "run": ("mode", "inputs", "logs", "log_lines"),
 }
 

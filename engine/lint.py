@@ -153,6 +153,8 @@ def synthetic_bindings(
                 sig = kb.signatures.get(str(sig_id)) if sig_id else None
                 if sig is not None:
                     values["signature"] = sig.id
+                    if sig.model.scope == "frame":
+                        values.update({name: loose if loose != "primes" else "x" for name in BASE_FACTS["frame_hit"]})
                     # Optional groups may be absent at run time; templates must guard them, so only
                     # groups outside any optional part count as guaranteed.
                     ways = group_sets(sig.model.pattern)

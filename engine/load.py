@@ -130,7 +130,7 @@ def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem]) 
         if name not in groups:
             line, col = origin.at("values", name)
             problems.append(Problem(origin.display, line, col, "unknown-group", f"values names '{name}', which the pattern has no group for"))
-    reserved = set(BASE_FACTS["hit"])
+    reserved = set(BASE_FACTS["hit"]) | set(BASE_FACTS["frame_hit"])
     for name in sorted(groups & reserved):
         line, col = origin.at("pattern")
         problems.append(Problem(origin.display, line, col, "reserved-group", f"group name '{name}' is reserved for hit fields"))

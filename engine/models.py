@@ -159,6 +159,8 @@ class Signature(Strict):
     references: list[str] = Field(default_factory=list)
     description: str | None = None
     kinds: list[InputKind] = Field(default_factory=list)
+    # `frame` signatures match frames of parsed stack dumps (`func (file:line)`), not log lines.
+    scope: Literal["line", "frame"] = "line"
     pattern: str = Field(min_length=3)
     ignore_case: bool = False
     literals: list[str] | None = None

@@ -23,6 +23,7 @@ from .facts import (
 from .infer import BaseFact, Fact, Inference, get_engine
 from .inputs import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, discover, looks_binary, sort_key
 from .load import KnowledgeBase, load_knowledge_base
+from .progress import tracked
 from .rank import Ranking, RankedCause, rank
 from .redact import redact_model
 from .render import ConfigView, render_fix, render_string, template_context
@@ -30,12 +31,15 @@ from .result import (
     Boundary,
     Cause,
     Diagnosis,
+    Evidence,
     InputSummary,
     PatchPlanStep,
     ToolInfo,
+    UnexplainedLine,
     Warning_,
 )
-from .scan import FileScan, Scanner
+from .scan import FileScan, Scanner, extract
+from .stacks import Frame, ThreadStack, odd_one_out, parse_dumps, read_blocks
 from .vocabulary import STALL_BUCKETS, InputKind, Stage, Symptom
 
 SUCCESS_CRITERIA = (
@@ -206,12 +210,13 @@ def analyse(
     scans: list[FileScan] = []
     facts: list[BaseFact] = []
     parsed: list[BaseFact] = []
-    for scan, extra, notes in read_sources(sources, kb, scanner, jobs):
+    for scan, extra, notes in tracked(sources, read_sources(sources, kb, scanner, jobs)):
         warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
             scans.append(scan)
     facts.extend(run_facts(mode, scans, len(sources)))
+    facts.extend(stack_facts(kb, {s.display: s for s in sources}, scans, warnings))
     for scan in scans:
         facts.extend(hit_facts(scan))
         facts.extend(echo_facts(scan))
@@ -260,13 +265,31 @@ def _timestamps(scans: list[FileScan]) -> dict[tuple[str, int], float]:
     return stamps
 
 
-def _boundary(ranking: Ranking, scans: list[FileScan]) -> Boundary:
+MAX_STACK_PROOF = 3
+
+
+def _stack_proof(inference: Inference) -> list[Evidence]:
+    """Where the stuck threads are, from hang-time dumps: the odd process first, then one main
+    thread per process."""
+    proof: list[Evidence] = []
+    for fact in inference.facts_of("stack_outlier"):
+        proof.extend(fact.evidence)
+    seen = {e.path for e in proof}
+    for fact in inference.facts_of("stack"):
+        if fact.get("dump") == "traceback" or fact.get("path") in seen:
+            continue
+        seen.add(str(fact.get("path")))
+        proof.extend(fact.evidence)
+    return proof[:MAX_STACK_PROOF]
+
+
+def _boundary(ranking: Ranking, scans: list[FileScan], inference: Inference) -> Boundary:
     fact = ranking.boundary
     if fact is None:
-        return Boundary()
+        return Boundary(evidence=_stack_proof(inference))
     last = fact.get("last_completed")
     missing = fact.get("first_missing")
-    evidence = list(fact.evidence)
+    evidence = list(fact.evidence) + _stack_proof(inference)
     silent = None
     if evidence:
         stamps = _timestamps(scans)
@@ -310,6 +333,60 @@ def _cause(kb: KnowledgeBase, ranked: RankedCause, facts: list[Fact], warnings: 
     )
 
 
+def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileScan], warnings: list[Warning]) -> list[BaseFact]:
+    """Facts from the stack dumps and tracebacks the scanner saw: frame-signature hits, each main
+    thread's stack, and the process that is not doing what all the others do."""
+    frame_signatures = [s for s in kb.signatures.values() if s.model.scope == "frame"]
+    stacks: list[ThreadStack] = []
+    texts: dict[tuple[str, int], str] = {}
+    kinds: dict[str, str] = {}
+    for scan in scans:
+        source = sources.get(scan.path)
+        if not scan.stack_headers or source is None:
+            continue
+        try:
+            with source.open() as stream:
+                numbered = read_blocks(stream, scan.stack_headers)
+        except OSError as exc:
+            warnings.append(Warning(scan.path, f"stack dump could not be re-read: {exc}"))
+            continue
+        texts.update(((scan.path, number), text) for number, text in numbered)
+        kinds[scan.path] = scan.kind.value
+        stacks.extend(parse_dumps(scan.path, numbered, scan.stack_headers))
+    facts: list[BaseFact] = []
+    for stack in stacks:
+        stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
+
+        def evidence(frame: Frame, label: str) -> Evidence:
+            return Evidence(path=stack.path, line=frame.log_line, text=texts.get((stack.path, frame.log_line), frame.text), signature=label)
+
+        common = {"path": stack.path, "process": stack.process, "thread": stack.thread, "main": stack.main, "stack": stack_id, "dump": stack.kind, "state": stack.state}
+        top = stack.frames[0]
+        if stack.main:
+            fields = {**common, "kind": kinds.get(stack.path), "top": top.text, "depth": len(stack.frames), "line": top.log_line}
+            facts.append(BaseFact("stack", fields, (evidence(top, f"stack:{stack.kind}"),)))
+        for sig in frame_signatures:
+            for depth, frame in enumerate(stack.frames):
+                match = sig.regex.search(frame.text)
+                if match is None:
+                    continue
+                fields = dict(extract(sig, match))
+                fields.update(common)
+                fields.update(signature=sig.id, kind=kinds.get(stack.path), count=1, line=frame.log_line, text=frame.text, rank=None, ranks=0, timestamp=None, depth=depth)
+                facts.append(BaseFact("hit", fields, (evidence(frame, sig.id),)))
+                break  # the innermost frame a signature matches says where the thread is
+    outlier = odd_one_out(stacks)
+    if outlier is not None:
+        odd = outlier.stack
+        fields = {
+            "path": odd.path, "process": odd.process, "thread": odd.thread, "top": odd.frames[0].text, "line": odd.frames[0].log_line,
+            "majority_top": outlier.majority[0] if outlier.majority else "", "majority_count": outlier.majority_count, "total": outlier.total,
+        }
+        ev = Evidence(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
+        facts.append(BaseFact("stack_outlier", fields, (ev,)))
+    return facts
+
+
 # The first-step debugger's smoke-test reduction: (concept, keys the trainers use for it, new value).
 SMOKE_REDUCTION: tuple[tuple[str, tuple[str, ...], object], ...] = (
     ("num_generations", ("num_generations", "rollout.n", "group_size", "n_samples_per_prompt"), 2),
@@ -341,6 +418,24 @@ def smoke_test_plan(facts: list[Fact]) -> list[PatchPlanStep]:
     return steps
 
 
+MAX_UNEXPLAINED_REPORTED = 15
+
+
+def unexplained_lines(scans: list[FileScan]) -> list[UnexplainedLine]:
+    """Failure-looking lines the knowledge base does not explain, most frequent first."""
+    merged: dict[str, UnexplainedLine] = {}
+    for scan in scans:
+        for template, item in scan.unexplained.items():
+            known = merged.get(template)
+            if known is None:
+                evidence = Evidence(path=scan.path, line=item.line, text=item.text, signature="unexplained")
+                merged[template] = UnexplainedLine(template=template, count=item.count, evidence=evidence)
+            else:
+                merged[template] = known.model_copy(update={"count": known.count + item.count})
+    ranked = sorted(merged.values(), key=lambda u: (-u.count, u.template))
+    return ranked[:MAX_UNEXPLAINED_REPORTED]
+
+
 def build_diagnosis(
     kb: KnowledgeBase, scans: list[FileScan], inference: Inference, ranking: Ranking, warnings: list[Warning]
 ) -> Diagnosis:
@@ -358,17 +453,20 @@ def build_diagnosis(
                     verification.append(render_string(kb, line, context))
                 except Exception as exc:  # noqa: BLE001
                     warnings.append(Warning(top.origin.display, f"verify line failed to render: {exc}"))
+    verification = list(dict.fromkeys(verification))
     smoke = smoke_test_plan(facts) if ranking.symptom in (Symptom.hang, Symptom.slow) else []
     inputs = [InputSummary(path=s.path, kind=s.kind, lines=s.lines) for s in scans]
+    unexplained = unexplained_lines(scans)
     return Diagnosis(
         tool=ToolInfo(version=__version__),
         inputs=inputs,
         symptom=ranking.symptom,
         primary_bucket=ranking.primary_bucket,
-        boundary=_boundary(ranking, scans),
+        boundary=_boundary(ranking, scans, inference),
         causes=causes,
         verification=verification,
         smoke_test=smoke,
+        unexplained=unexplained,
         suppressed=ranking.suppressed,
         warnings=[Warning_(path=w.path, message=w.message) for w in warnings],
     )

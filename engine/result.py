@@ -68,6 +68,14 @@ class Warning_(Out):
     message: str
 
 
+class UnexplainedLine(Out):
+    """A failure-looking line no signature explains, grouped with its look-alikes."""
+
+    template: str
+    count: int
+    evidence: Evidence
+
+
 class Diagnosis(Out):
     schema_version: Literal[1] = SCHEMA_VERSION
     tool: ToolInfo
@@ -78,5 +86,6 @@ class Diagnosis(Out):
     causes: list[Cause]
     verification: list[str]
     smoke_test: list[PatchPlanStep] = Field(default_factory=list)
+    unexplained: list[UnexplainedLine] = Field(default_factory=list)
     suppressed: list[Suppressed] = Field(default_factory=list)
     warnings: list[Warning_] = Field(default_factory=list)

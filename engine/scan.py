@@ -67,6 +67,14 @@ class ConfigEcho:
 
 
 @dataclass
+class Unexplained:
+    template: str
+    count: int
+    line: int
+    text: str
+
+
+@dataclass
 class FileScan:
     path: str
     kind: InputKind
@@ -75,6 +83,35 @@ class FileScan:
     tallies: dict[str, Tally] = field(default_factory=dict)
     config: list[ConfigEcho] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unexplained: dict[str, Unexplained] = field(default_factory=dict)
+    stack_headers: list[int] = field(default_factory=list)
+
+
+# Lines that look like failures. Matched only on lines the prefilter already picked up through the
+# failure words below, so the cost is per candidate line.
+FAILURE_WORDS = (b"ERROR", b"FATAL", b"Exception", b"Error", b"failed", b"Failed")
+FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
+STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
+STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
+MAX_UNEXPLAINED = 300
+MAX_STACK_HEADERS = 400
+_MASKS = (
+    (re.compile(r"^\[?(?:\d{4}-\d{2}-\d{2}[ T][\d:.,]+|[IWEF]\d{4} [\d:.]+|(?:DEBUG|INFO|WARNING|ERROR) \d{2}-\d{2} [\d:]+)\]?\s*(?:-\s+)?"), ""),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+)+/?"), "<path>"),
+    (re.compile(r"\brank\s*\d+|\[rank\d+\]", re.IGNORECASE), "rank <n>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+)
+
+
+def failure_template(text: str) -> str:
+    """The line with what varies between occurrences (times, numbers, ids, paths, ranks) masked."""
+    template = text.strip()
+    for pattern, replacement in _MASKS:
+        template = pattern.sub(replacement, template)
+    return template[:200]
 
 
 _CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
@@ -84,7 +121,7 @@ class Scanner:
     """Compiled once per knowledge base (and set of config keys); safe to share between threads."""
 
     def __init__(self, kb: KnowledgeBase, config_keys: Iterable[str] = ()) -> None:
-        self.signatures: list[CompiledSignature] = list(kb.signatures.values())
+        self.signatures: list[CompiledSignature] = [s for s in kb.signatures.values() if s.model.scope == "line"]
         self.unfiltered = [s for s in self.signatures if not s.literals]
         literals: dict[tuple[str, bool], list[CompiledSignature]] = {}
         for sig in self.signatures:
@@ -114,6 +151,7 @@ class Scanner:
             alternatives.append(b"(?i:" + escaped + b")" if ignore_case else escaped)
         for key in self.config_keys:
             alternatives.append(re.escape(key.encode()))
+        alternatives.extend(re.escape(word) for word in (*FAILURE_WORDS, *STACK_HEADERS))
         self.prefilter = compile_prefilter(b"|".join(alternatives)) if alternatives else None
 
     def _candidates(self, text: str) -> list[CompiledSignature]:
@@ -174,6 +212,7 @@ class Scanner:
 
     def _match_line(self, line: str, line_no: int, kind: InputKind, result: FileScan) -> None:
         for segment in segments(line):
+            explained = False
             for sig in self._candidates(segment.text):
                 if sig.model.kinds and kind not in sig.model.kinds:
                     continue
@@ -184,6 +223,7 @@ class Scanner:
                     continue
                 if match is None:
                     continue
+                explained = True
                 values = extract(sig, match)
                 record = HitRecord(line_no, segment.raw[:MAX_TEXT], values, timestamp(segment.raw), segment.rank)
                 key = sig.id
@@ -192,6 +232,16 @@ class Scanner:
                     if key not in result.tallies and sum(1 for t in result.tallies.values() if t.signature == sig.id) >= MAX_DISTINCT:
                         key = sig.id + "\x00…"
                 result.tallies.setdefault(key, Tally(sig.id)).add(record, segment.repeat)
+            if STACK_HEADER_LINE.search(segment.text):
+                if len(result.stack_headers) < MAX_STACK_HEADERS:
+                    result.stack_headers.append(line_no)
+            elif not explained and FAILURE_LINE.search(segment.text):
+                template = failure_template(segment.text)
+                known = result.unexplained.get(template)
+                if known is not None:
+                    known.count += segment.repeat
+                elif len(result.unexplained) < MAX_UNEXPLAINED:
+                    result.unexplained[template] = Unexplained(template, segment.repeat, line_no, segment.raw[:MAX_TEXT])
             if self.config_re is not None:
                 for match in self.config_re.finditer(segment.text):
                     if len(result.config) < 10_000:
