@@ -5,14 +5,15 @@ from __future__ import annotations
 import io
 import json
 import re
-from typing import Any, BinaryIO, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from .infer import BaseFact, stage_definitions
 from .result import Evidence
-from .scan import FileScan, Tally
+from .scan import ByteStream, FileScan, Tally
 from .vocabulary import LOG_KINDS, InputKind
 
 # Keys the report and the smoke-test reduction quote even when no rule matches on them.
@@ -211,10 +212,9 @@ def env_report_facts(display: str, lines: Iterable[tuple[int, str]]) -> list[Bas
     return facts
 
 
-def numbered_lines(stream: BinaryIO, limit: int) -> Iterable[tuple[int, str]]:
+def numbered_lines(stream: ByteStream, limit: int) -> Iterable[tuple[int, str]]:
     data = stream.read(limit)
-    for index, raw in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
-        yield index, raw
+    yield from enumerate(data.decode("utf-8", "replace").splitlines(), start=1)
 
 
 def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:

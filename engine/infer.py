@@ -673,23 +673,23 @@ def _fire(
 ) -> Firing:
     model = rule.model
     derived: list[int] = []
-    for action in model.then.derive:
-        fields = {name: resolve_field(value, bindings) for name, value in sorted(action.fields.items())}
-        evidence = cited_evidence(model, action.cite, bindings)
-        fact = store.add(action.fact, fields, evidence)
+    for derive in model.then.derive:
+        fields = {name: resolve_field(value, bindings) for name, value in sorted(derive.fields.items())}
+        fact = store.add(derive.fact, fields, cited_evidence(model, derive.cite, bindings))
         if fact is not None:
             derived.append(fact.id)
-    for action in model.then.suppress:
+    for suppress in model.then.suppress:
         suppressions.append(
             SuppressionRecord(
                 rule.id,
-                action.bucket.value if action.bucket else None,
-                action.cause,
-                str(resolve_field(action.reason, bindings)),
+                suppress.bucket.value if suppress.bucket else None,
+                suppress.cause,
+                str(resolve_field(suppress.reason, bindings)),
                 cited_evidence(model, None, bindings),
             )
         )
-    weight = cause = None
+    weight: float | None = None
+    cause: str | None = None
     evidence: tuple[Evidence, ...] = ()
     if model.then.evidence is not None:
         weight = model.then.evidence.weight

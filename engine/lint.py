@@ -8,8 +8,8 @@ rendered with strict undefined, regexes that backtrack, deprecated references.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
-
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .errors import KnowledgeBaseError, Problem
 from .expectations import check_signature_examples
@@ -195,8 +195,8 @@ def check_templates(kb: KnowledgeBase) -> Iterable[Problem]:
         for index, step in enumerate(model.patch_plan):
             pieces.append((("patch_plan", index, "target"), step.target, None))
             pieces.append((("patch_plan", index, "change"), step.change, None))
-        for index, text in enumerate(model.verify):
-            pieces.append((("verify", index), text, None))
+        for index, line in enumerate(model.verify):
+            pieces.append((("verify", index), line, None))
         pieces = [p for p in pieces if p[1] is not None or p[2] is not None]
         failures: dict[tuple[Any, ...], str] = {}
         by_signature: dict[str, list[dict[str, dict[str, Any]]]] = {}
@@ -218,9 +218,9 @@ def check_templates(kb: KnowledgeBase) -> Iterable[Problem]:
                         errors.append(f"{type(exc).__name__}: {exc}")
                 else:
                     failures.setdefault(loc, errors[0])
-        for loc, error in sorted(failures.items(), key=lambda item: str(item[0])):
-            line, col = loaded.origin.at(*loc)
-            yield Problem(loaded.origin.display, line, col, "template", f"does not render with the rule's fields: {error}")
+        for where, error in sorted(failures.items(), key=lambda item: str(item[0])):
+            row, col = loaded.origin.at(*where)
+            yield Problem(loaded.origin.display, row, col, "template", f"does not render with the rule's fields: {error}")
 
 
 def _tests_hold(loaded: LoadedRule, bindings: dict[str, dict[str, Any]]) -> bool:

@@ -44,7 +44,7 @@ def _runs(items: Any) -> list[list[str]]:
             if low >= 1:
                 candidates.extend(_runs(body))
         elif op is sre_constants.BRANCH:
-            alternatives = []
+            alternatives: list[str] = []
             for branch in av[1]:
                 best = _best(_runs(branch))
                 if best is None:

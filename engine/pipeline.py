@@ -6,8 +6,9 @@ import io
 import os
 import re
 import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Iterable, Iterator, Sequence
+from typing import BinaryIO
 
 from . import __version__
 from .errors import InputError
@@ -24,7 +25,7 @@ from .infer import BaseFact, Fact, Inference, get_engine
 from .inputs import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, discover, looks_binary, sort_key
 from .load import KnowledgeBase, load_knowledge_base
 from .progress import tracked
-from .rank import Ranking, RankedCause, rank
+from .rank import RankedCause, Ranking, rank
 from .redact import redact_model
 from .render import ConfigView, render_fix, render_string, template_context
 from .result import (
@@ -40,7 +41,7 @@ from .result import (
 )
 from .scan import FileScan, Scanner, extract
 from .stacks import Frame, ThreadStack, odd_one_out, parse_dumps, read_blocks
-from .vocabulary import STALL_BUCKETS, InputKind, Stage, Symptom
+from .vocabulary import STALL_BUCKETS, InputKind, PatchKind, Stage, Symptom
 
 SUCCESS_CRITERIA = (
     "first GRPO step completes",
@@ -106,7 +107,8 @@ class _Rejoined(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+    def read(self, size: int | None = -1, /) -> bytes:  # type: ignore[override]
+        size = -1 if size is None else size
         if self._head:
             out, self._head = (self._head, b"") if size < 0 or size >= len(self._head) else (self._head[:size], self._head[size:])
             return out
@@ -357,8 +359,8 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
     for stack in stacks:
         stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
 
-        def evidence(frame: Frame, label: str) -> Evidence:
-            return Evidence(path=stack.path, line=frame.log_line, text=texts.get((stack.path, frame.log_line), frame.text), signature=label)
+        def evidence(frame: Frame, label: str, path: str = stack.path) -> Evidence:
+            return Evidence(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
 
         common = {"path": stack.path, "process": stack.process, "thread": stack.thread, "main": stack.main, "stack": stack_id, "dump": stack.kind, "state": stack.state}
         top = stack.frames[0]
@@ -406,15 +408,15 @@ def smoke_test_plan(facts: list[Fact]) -> list[PatchPlanStep]:
         key = next((k for k in keys if config.has(k)), None)
         if key is None:
             if concept in ("num_generations", "max_completion_length", "max_steps"):
-                steps.append(PatchPlanStep(kind="config", target=concept, change=f"set to {value}"))
+                steps.append(PatchPlanStep(kind=PatchKind.config, target=concept, change=f"set to {value}"))
             continue
         current = config.get(key)
         if str(current) == str(value):
             continue
         where = config.at(key)
-        steps.append(PatchPlanStep(kind="config", target=config.key(key), change=f"{current} -> {value}" + (f" ({where})" if where else "")))
-    steps.append(PatchPlanStep(kind="file", target="training dataset", change="limit to 1 prompt (e.g. dataset.select(range(1)))"))
-    steps.append(PatchPlanStep(kind="file", target="reward functions", change="replace remote or heavy rewards with a cheap local stub (e.g. lambda completions, **kw: [0.0] * len(completions))"))
+        steps.append(PatchPlanStep(kind=PatchKind.config, target=config.key(key), change=f"{current} -> {value}" + (f" ({where})" if where else "")))
+    steps.append(PatchPlanStep(kind=PatchKind.file, target="training dataset", change="limit to 1 prompt (e.g. dataset.select(range(1)))"))
+    steps.append(PatchPlanStep(kind=PatchKind.file, target="reward functions", change="replace remote or heavy rewards with a cheap local stub (e.g. lambda completions, **kw: [0.0] * len(completions))"))
     return steps
 
 

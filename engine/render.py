@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import ChoiceLoader, FileSystemLoader, StrictUndefined, select_autoescape
 from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -77,7 +77,7 @@ class UnexplainedLine(Out):
 
 
 class Diagnosis(Out):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     tool: ToolInfo
     inputs: list[InputSummary]
     symptom: Symptom

@@ -9,8 +9,9 @@ a few samples, so memory does not grow with the size of the log.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import regex
 
@@ -27,6 +28,10 @@ MAX_TEXT = 2000  # evidence text is cut to this many characters
 SAMPLES = 3
 MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
 REGEX_TIMEOUT = 0.25  # seconds one signature may spend on one line
+
+
+class ByteStream(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
 
 
 @dataclass
@@ -165,7 +170,7 @@ class Scanner:
             found[sig.id] = sig
         return sorted(found.values(), key=lambda s: s.id)
 
-    def scan(self, display: str, kind: InputKind, stream: BinaryIO) -> FileScan:
+    def scan(self, display: str, kind: InputKind, stream: ByteStream) -> FileScan:
         result = FileScan(display, kind)
         line_no = 0  # number of newlines consumed before the current buffer
         carry = b""
