@@ -269,8 +269,8 @@ def test_bomb_inside_zip_and_tar_is_stopped(tmp_path: Path, kb: KnowledgeBase) -
     (tmp_path / "t.tar").write_bytes(tar_bytes({"bomb.log.gz": gzip.compress(zeros, 1), "rank3.log": RANK3.encode()}))
     analysis = analyse([str(tmp_path)], kb=kb)
     assert [(w.path, w.message.split(":")[0]) for w in analysis.warnings] == [
-        (f"{tmp_path}/t.tar!bomb.log.gz", "decompression stopped after 64 MiB"),
-        (f"{tmp_path}/z.zip!bomb.log", "decompression stopped after 64 MiB"),
+        (f"{tmp_path}/t.tar!bomb.log.gz", "decompression stopped past 64 MiB"),
+        (f"{tmp_path}/z.zip!bomb.log", "decompression stopped past 64 MiB"),
         (f"{tmp_path}/t.tar!bomb.log.gz", "skipped"),  # what was read of it is zeros: binary
         (f"{tmp_path}/z.zip!bomb.log", "skipped"),
     ]

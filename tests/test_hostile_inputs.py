@@ -328,7 +328,7 @@ def test_decompression_bomb_is_stopped_early(tmp_path: Path, kb: KnowledgeBase) 
     analysis = run([tmp_path], kb)
     assert time.monotonic() - started < 5
     assert messages(analysis)[0][0] == str(bomb)
-    assert messages(analysis)[0][1].startswith("decompression stopped after 64 MiB: expands more than 200x (decompression bomb?)")
+    assert messages(analysis)[0][1].startswith("decompression stopped past 64 MiB: expands more than 200x (decompression bomb?)")
     assert_good_diagnosed(analysis, good)
 
 
