@@ -225,7 +225,7 @@ def analyse(
     facts.extend(parsed)
     inference = get_engine(engine).run(kb.program, facts)
     ranking = rank(kb, inference)
-    diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings)
+    diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
     if redact:
         diagnosis = redact_model(diagnosis)
     return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings)
@@ -439,12 +439,16 @@ def unexplained_lines(scans: list[FileScan]) -> list[UnexplainedLine]:
 
 
 def build_diagnosis(
-    kb: KnowledgeBase, scans: list[FileScan], inference: Inference, ranking: Ranking, warnings: list[Warning]
+    kb: KnowledgeBase, scans: list[FileScan], inference: Inference, ranking: Ranking, warnings: list[Warning], mode: str = "diagnose"
 ) -> Diagnosis:
     facts = inference.facts
     causes = [_cause(kb, c, facts, warnings) for c in ranking.causes]
+    preflight = mode == "preflight"
+    if preflight:
+        # Nothing ran yet: there is no symptom and no boundary, only contracts the config breaks.
+        ranking = Ranking(ranking.causes, Symptom.none, causes[0].bucket if causes else None, ranking.suppressed, None)
     verification: list[str] = []
-    if ranking.symptom in (Symptom.hang, Symptom.slow) or ranking.primary_bucket in STALL_BUCKETS:
+    if not preflight and (ranking.symptom in (Symptom.hang, Symptom.slow) or ranking.primary_bucket in STALL_BUCKETS):
         verification.extend(SUCCESS_CRITERIA)
     if causes:
         top = kb.rule(causes[0].rule)
@@ -461,6 +465,7 @@ def build_diagnosis(
     unexplained = unexplained_lines(scans)
     return Diagnosis(
         tool=ToolInfo(version=__version__),
+        mode="preflight" if preflight else "diagnose",
         inputs=inputs,
         symptom=ranking.symptom,
         primary_bucket=ranking.primary_bucket,

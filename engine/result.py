@@ -79,6 +79,7 @@ class UnexplainedLine(Out):
 class Diagnosis(Out):
     schema_version: Literal[1] = 1
     tool: ToolInfo
+    mode: Literal["diagnose", "preflight"] = "diagnose"
     inputs: list[InputSummary]
     symptom: Symptom
     primary_bucket: Bucket | None

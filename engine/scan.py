@@ -36,11 +36,23 @@ class ByteStream(Protocol):
 
 @dataclass
 class HitRecord:
+    """One matched line. Values and the timestamp are worked out only for the records a tally
+    keeps (first, samples, last), when the file is done: most hits are counted and dropped."""
+
     line: int
     text: str
-    values: dict[str, Any]
-    timestamp: float | None
     rank: int | None
+    match: Any = field(default=None, repr=False, compare=False)
+    sig: Any = field(default=None, repr=False, compare=False)
+    values: dict[str, Any] = field(default_factory=dict)
+    timestamp: float | None = None
+
+    def resolve(self) -> None:
+        if self.sig is not None:
+            if self.match is not None:
+                self.values = extract(self.sig, self.match)
+            self.timestamp = timestamp(self.text)
+            self.match = self.sig = None  # nothing unpicklable or large stays behind
 
 
 @dataclass
@@ -151,7 +163,7 @@ class Scanner:
             else None
         )
         alternatives = []
-        for literal, ignore_case in sorted(literals):
+        for literal, ignore_case in sorted(literals, key=lambda key: (-len(key[0]), key)):
             escaped = re.escape(literal.encode("utf-8"))
             alternatives.append(b"(?i:" + escaped + b")" if ignore_case else escaped)
         for key in self.config_keys:
@@ -159,16 +171,27 @@ class Scanner:
         alternatives.extend(re.escape(word) for word in (*FAILURE_WORDS, *STACK_HEADERS))
         self.prefilter = compile_prefilter(b"|".join(alternatives)) if alternatives else None
 
-    def _candidates(self, text: str) -> list[CompiledSignature]:
-        lowered = text.lower()
-        found: dict[str, CompiledSignature] = {}
-        for (literal, ignore_case), sigs in self.by_literal.items():
-            if literal in (lowered if ignore_case else text):
-                for sig in sigs:
-                    found[sig.id] = sig
-        for sig in self.unfiltered:
-            found[sig.id] = sig
-        return sorted(found.values(), key=lambda s: s.id)
+        # Which signatures a candidate line can match: every literal found in it, and every literal
+        # contained in one found (the alternation reports one literal per position, the longest).
+        by_text: dict[str, dict[str, CompiledSignature]] = {}
+        for (literal, ignore_case), sigs in literals.items():
+            for (other, other_ci), other_sigs in literals.items():
+                inside = other in literal.lower() if other_ci else other in literal
+                if inside:
+                    for sig in other_sigs:
+                        by_text.setdefault(literal, {})[sig.id] = sig
+        self.by_text = {text: sorted(found.values(), key=lambda s: s.id) for text, found in by_text.items()}
+        # Literals that can start inside a found one and run past its end: the search resumes after
+        # the match, so these are checked directly.
+        self.overlapping: dict[str, list[tuple[str, bool]]] = {}
+        for literal, ignore_case in literals:
+            text = literal.lower()
+            for other, other_ci in literals:
+                other_text = other.lower()
+                if other_text in text:
+                    continue
+                if any(other_text.startswith(text[i:]) for i in range(1, len(text))):
+                    self.overlapping.setdefault(literal, []).append((other, other_ci))
 
     def scan(self, display: str, kind: InputKind, stream: ByteStream) -> FileScan:
         result = FileScan(display, kind)
@@ -198,27 +221,41 @@ class Scanner:
             tail = (tail + carry)[-65536:]
         result.lines = line_no
         result.last_timestamp = _last_timestamp(tail)
+        for tally in result.tallies.values():
+            for record in (tally.first, *tally.samples, tally.last):
+                if record is not None:
+                    record.resolve()
         return result
 
     def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan) -> None:
-        if self.unfiltered:
-            positions: Iterable[int] = _line_starts(chunk)
-        elif self.prefilter is None:
+        if self.prefilter is None and not self.unfiltered:
             return
-        else:
-            positions = _candidate_starts(self.prefilter, chunk)
         counted_to, line_no = 0, base_line
-        for start in positions:
+        for start, end, found in _candidate_lines(self.prefilter, chunk, every_line=bool(self.unfiltered)):
             line_no += chunk.count(b"\n", counted_to, start)
             counted_to = start
-            end = chunk.find(b"\n", start)
-            raw = chunk[start : end if end >= 0 else len(chunk)]
-            self._match_line(raw.decode("utf-8", "replace"), line_no + 1, kind, result)
+            raw = chunk[start:end]
+            line = raw.decode("utf-8", "replace")
+            self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
 
-    def _match_line(self, line: str, line_no: int, kind: InputKind, result: FileScan) -> None:
+    def _signatures_for(self, found: list[bytes], line: str) -> list[CompiledSignature]:
+        """The signatures whose literals the prefilter found on a line (plus those with no literal)."""
+        chosen: dict[str, CompiledSignature] = {sig.id: sig for sig in self.unfiltered}
+        for raw in found:
+            text = raw.decode("utf-8", "replace")
+            key = text if text in self.by_text else text.lower()
+            for sig in self.by_text.get(key, ()):
+                chosen[sig.id] = sig
+            for other, ignore_case in self.overlapping.get(key, ()):
+                if other in (line.lower() if ignore_case else line):
+                    for sig in self.by_text.get(other, ()):
+                        chosen[sig.id] = sig
+        return sorted(chosen.values(), key=lambda s: s.id)
+
+    def _match_line(self, line: str, line_no: int, kind: InputKind, result: FileScan, candidates: list[CompiledSignature]) -> None:
         for segment in segments(line):
             explained = False
-            for sig in self._candidates(segment.text):
+            for sig in candidates:
                 if sig.model.kinds and kind not in sig.model.kinds:
                     continue
                 try:
@@ -229,10 +266,10 @@ class Scanner:
                 if match is None:
                     continue
                 explained = True
-                values = extract(sig, match)
-                record = HitRecord(line_no, segment.raw[:MAX_TEXT], values, timestamp(segment.raw), segment.rank)
+                record = HitRecord(line_no, segment.raw[:MAX_TEXT], segment.rank, match, sig)
                 key = sig.id
                 if sig.model.distinct:
+                    values = extract(sig, match)
                     key = sig.id + "\x00" + "\x00".join(str(values.get(name)) for name in sig.model.distinct)
                     if key not in result.tallies and sum(1 for t in result.tallies.values() if t.signature == sig.id) >= MAX_DISTINCT:
                         key = sig.id + "\x00…"
@@ -253,7 +290,7 @@ class Scanner:
                         result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, segment.raw[:MAX_TEXT]))
 
 
-def compile_prefilter(pattern: bytes) -> Any:
+def compile_prefilter(pattern: bytes | str) -> Any:
     """RE2 when installed: a literal alternation runs as a DFA at hundreds of MB/s, where Python's
     backtracking `re` manages about 15 MB/s on the same pattern."""
     try:
@@ -273,28 +310,27 @@ def extract(sig: CompiledSignature, match: Any) -> dict[str, Any]:
     return values
 
 
-def _candidate_starts(prefilter: Any, chunk: bytes) -> Iterable[int]:
-    position = 0
-    while True:
-        match = prefilter.search(chunk, position)
-        if match is None:
-            return
-        start = chunk.rfind(b"\n", 0, match.start()) + 1
-        yield start
-        end = chunk.find(b"\n", match.end())
-        if end < 0:
-            return
-        position = end + 1
-
-
-def _line_starts(chunk: bytes) -> Iterable[int]:
-    position = 0
-    while position < len(chunk):
-        yield position
-        end = chunk.find(b"\n", position)
-        if end < 0:
-            return
-        position = end + 1
+def _candidate_lines(prefilter: Any, chunk: bytes, every_line: bool = False) -> Iterable[tuple[int, int, list[bytes]]]:
+    """(start, end, literals found) of each line holding a prefilter literal — every line when some
+    signature has no literal. One search per literal occurrence, over the whole chunk."""
+    size = len(chunk)
+    match = prefilter.search(chunk, 0) if prefilter is not None else None
+    line_start = 0
+    while line_start < size:
+        if not every_line:
+            if match is None:
+                return
+            line_start = chunk.rfind(b"\n", 0, match.start()) + 1
+        line_end = chunk.find(b"\n", line_start)
+        if line_end < 0:
+            line_end = size
+        found: list[bytes] = []
+        while match is not None and match.start() < line_end:
+            if match.start() >= line_start:
+                found.append(match.group(0))
+            match = prefilter.search(chunk, max(match.end(), match.start() + 1))
+        yield line_start, line_end, found
+        line_start = line_end + 1
 
 
 def _last_timestamp(tail: bytes) -> float | None:
