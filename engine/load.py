@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 import threading
 from collections.abc import Iterable
@@ -13,6 +16,7 @@ from typing import Any
 import regex
 from pydantic import BaseModel, ValidationError
 
+from . import __version__
 from .errors import KnowledgeBaseError, Problem
 from .infer import BASE_FACTS
 from .literals import is_case_insensitive, required_literals
@@ -28,12 +32,21 @@ class Origin:
 
     path: Path
     display: str
-    tree: Any = field(compare=False, repr=False)
+    tree: Any = field(default=None, compare=False, repr=False)
 
     def at(self, *loc: Any) -> tuple[int, int]:
         from .yamlio import position
 
-        return position(self.tree, tuple(loc))
+        # A knowledge base loaded from the cache has no trees; positions are only needed for
+        # messages, so the file is parsed again then.
+        tree = self.tree if self.tree is not None else _tree_of(self.path, self.display)
+        return position(tree, tuple(loc))
+
+
+@functools.lru_cache(maxsize=256)
+def _tree_of(path: Path, display: str) -> Any:
+    tree, _problems = load_yaml(path, display)
+    return tree
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,57 @@ def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, in
     return kb
 
 
+def _cache_dir() -> Path | None:
+    if os.environ.get("RLTRIAGE_NO_CACHE"):
+        return None
+    base = os.environ.get("RLTRIAGE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rltriage")
+    return Path(base)
+
+
+def _files(packs: list[Path]) -> list[tuple[str, Path, Path]]:
+    return [(kind, pack / kind, path) for pack in packs for kind in ("signatures", "rules") for path in _yaml_files(pack / kind)]
+
+
+def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
+    """Every signature and rule file, validated. Validated files are cached as JSON keyed by the
+    exact bytes of every file (and the version), so the next process skips the YAML parsing."""
+    files = _files(packs)
+    digest = hashlib.sha256(__version__.encode())
+    for _kind, _folder, path in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = b""
+        digest.update(str(path).encode() + b"\0" + hashlib.sha256(data).digest())
+    cache_dir = _cache_dir()
+    cache = cache_dir / f"kb-{digest.hexdigest()[:32]}.json" if cache_dir else None
+    if cache is not None and cache.is_file():
+        try:
+            stored = json.loads(cache.read_text(encoding="utf-8"))
+            entries = []
+            for (kind, folder, path), item in zip(files, stored, strict=True):
+                model_type = Signature if kind == "signatures" else Rule
+                entries.append((kind, folder, path, model_type.model_validate(item), Origin(path, _display(path))))
+            return entries
+        except (OSError, ValueError, TypeError):
+            pass  # a stale or damaged cache is just rebuilt
+    entries = []
+    for kind, folder, path in files:
+        parsed = _parse(path, Signature if kind == "signatures" else Rule, problems)
+        if parsed is not None:
+            entries.append((kind, folder, path, parsed[0], parsed[1]))
+    if cache is not None and not problems and len(entries) == len(files):
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            payload = json.dumps([model.model_dump(mode="json", by_alias=True, exclude_unset=True) for *_rest, model, _origin in entries])
+            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(payload, encoding="utf-8")
+            os.replace(temporary, cache)
+        except OSError:
+            pass  # an unwritable cache only costs speed
+    return entries
+
+
 def _load(packs: list[Path]) -> KnowledgeBase:
     from . import checks
     from .infer import compile_program
@@ -189,13 +253,10 @@ def _load(packs: list[Path]) -> KnowledgeBase:
     problems: list[Problem] = []
     signatures: dict[str, CompiledSignature] = {}
     rules: dict[str, LoadedRule] = {}
-    for pack in packs:
-        folder = pack / "signatures"
-        for path in _yaml_files(folder):
-            parsed = _parse(path, Signature, problems)
-            if parsed is None:
-                continue
-            sig, origin = parsed
+    entries = _parse_all(packs, problems)
+    for kind, folder, path, model, origin in entries:
+        if kind == "signatures":
+            sig = model
             checks.check_id(sig.id, expected_id(folder, path), origin, problems)
             if sig.id in signatures:
                 line, col = origin.at("id")
@@ -205,12 +266,8 @@ def _load(packs: list[Path]) -> KnowledgeBase:
             compiled = _compile_signature(sig, origin, problems)
             if compiled is not None:
                 signatures[sig.id] = compiled
-        folder = pack / "rules"
-        for path in _yaml_files(folder):
-            parsed = _parse(path, Rule, problems)
-            if parsed is None:
-                continue
-            rule, origin = parsed
+        else:
+            rule = model
             checks.check_id(rule.id, expected_id(folder, path), origin, problems)
             if rule.id in rules:
                 line, col = origin.at("id")
