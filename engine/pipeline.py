@@ -415,6 +415,20 @@ def smoke_test_plan(facts: list[Fact]) -> list[PatchPlanStep]:
             continue
         where = config.at(key)
         steps.append(PatchPlanStep(kind=PatchKind.config, target=config.key(key), change=f"{current} -> {value}" + (f" ({where})" if where else "")))
+    smoke_keys = {key for _concept, keys, _value in SMOKE_REDUCTION for key in keys}
+    config_files = sorted(
+        {
+            str(f.get("path"))
+            for f in facts
+            if f.type == "config" and f.get("source") == "file" and any(str(f.get("key")).endswith(k) for k in smoke_keys)
+        }
+    )
+    for path in config_files[:1]:
+        stem, dot, suffix = path.rpartition(".")
+        smoke_path = f"{stem}.smoke.{suffix}" if dot else f"{path}.smoke"
+        steps.append(PatchPlanStep(kind=PatchKind.command, target=path, change=f"rltriage smoke {path} -o {smoke_path} (writes the reduction with the batch contracts kept)"))
+    if not config_files:
+        steps.append(PatchPlanStep(kind=PatchKind.command, target="the run's config", change="rltriage smoke CONFIG -o CONFIG.smoke.yaml (writes the reduction with the batch contracts kept)"))
     steps.append(PatchPlanStep(kind=PatchKind.file, target="training dataset", change="limit to 1 prompt (e.g. dataset.select(range(1)))"))
     steps.append(PatchPlanStep(kind=PatchKind.file, target="reward functions", change="replace remote or heavy rewards with a cheap local stub (e.g. lambda completions, **kw: [0.0] * len(completions))"))
     return steps

@@ -125,18 +125,29 @@ def test_secrets_never_reach_any_output(tmp_path: Path) -> None:
         "bearer": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
         "url": "s3cr3t-pa55",
         "env": "hunter2-very-secret",
+        "azure": "q2HFaEbkKpZ8fSKM3l1sWv9TQy3uFzR8cRzE0xZXbY4uLm7kT6c1aPeIoU5sNbVq",
+        "basic": "dXNlcjpzM2NyZXQtYmFzaWMtcGFzcw==",
+        "private_key": "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0",
     }
     log = (HANG / "train.log").read_text()
     planted = (
         f"2025-05-14 09:13:58 - INFO - rltriage - [rltriage] stage=first_generation_finished step=0 HF_TOKEN={secrets['hf']} "
         f"WANDB_API_KEY={secrets['wandb']} aws={secrets['aws']} key={secrets['gcp']} Authorization: Bearer {secrets['bearer']} "
-        f"https://trainer:{secrets['url']}@judge.internal/v1 DB_PASSWORD={secrets['env']}\n"
+        f"https://trainer:{secrets['url']}@judge.internal/v1 DB_PASSWORD={secrets['env']} "
+        f"DefaultEndpointsProtocol=https;AccountName=ckpt;AccountKey={secrets['azure']}; Authorization: Basic {secrets['basic']} "
+        f"-----BEGIN RSA PRIVATE KEY-----{secrets['private_key']}-----END RSA PRIVATE KEY-----\n"
     )
     (tmp_path / "train.log").write_text(log.replace(log.splitlines(keepends=True)[18], planted))
     outputs = []
     for fmt in ("text", "markdown", "json"):
         outputs.append(CliRunner().invoke(main, ["diagnose", "--format", fmt, str(tmp_path)]).output)
     outputs.append(CliRunner().invoke(main, ["explain", str(tmp_path)]).output)
+    batch_root = tmp_path.parent / f"{tmp_path.name}-batch"
+    (batch_root / "run1").mkdir(parents=True)
+    (batch_root / "run1" / "train.log").write_text((tmp_path / "train.log").read_text())
+    batch = CliRunner().invoke(main, ["batch", "-o", str(batch_root / "out.jsonl"), str(batch_root)])
+    assert batch.exit_code == 0, batch.output
+    outputs.append((batch_root / "out.jsonl").read_text())
     assert "[REDACTED]" in outputs[2]
     for output in outputs:
         for name, secret in secrets.items():

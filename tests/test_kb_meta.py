@@ -55,3 +55,12 @@ def test_every_concluding_rule_says_what_it_is(kb: KnowledgeBase) -> None:
         model = loaded.model
         if model.concludes:
             assert model.issue and model.reason, f"{loaded.id}: concluding rules carry issue and reason"
+
+
+def test_the_shipped_knowledge_base_is_lint_clean() -> None:
+    """Every template renders with its rule's fields, every example holds, no regex backtracks,
+    nothing is orphaned or refers to a deprecated id."""
+    from rltriage.lint import lint
+
+    problems = lint()
+    assert not problems, "\n".join(str(p) for p in problems)
