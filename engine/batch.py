@@ -32,12 +32,13 @@ from typing import Any, TextIO
 import click
 
 from . import progress
-from .errors import InferenceError, InputError, KnowledgeBaseError
+from .commands import EXIT_OK, report_errors
+from .errors import InputError, KnowledgeBaseError
 from .load import KnowledgeBase, load_knowledge_base
 from .pipeline import analyse, diagnose
 from .redact import redact as redact_text
 
-EXIT_OK, EXIT_USAGE, EXIT_KB, EXIT_INTERRUPTED = 0, 2, 3, 130
+EXIT_INTERRUPTED = 130
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 COMPRESSION = (".gz", ".bz2", ".xz", ".zst", ".zstd")
@@ -503,17 +504,7 @@ def batch_command(root_or_list: str, jobs: int, output: str | None, executor: st
     except ValueError:  # not the main thread: keep the default
         pass
     try:
-        code = run_batch(root_or_list, jobs=jobs, output=output, executor=executor, rules_dirs=rules_dirs, redact=not no_redact)
-    except InputError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        code = EXIT_USAGE
-    except KnowledgeBaseError as exc:
-        click.echo(str(exc), err=True)
-        click.echo(f"rltriage: knowledge base has {len(exc.problems)} problem(s)", err=True)
-        code = EXIT_KB
-    except InferenceError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        code = EXIT_KB
+        code = report_errors(lambda: run_batch(root_or_list, jobs=jobs, output=output, executor=executor, rules_dirs=rules_dirs, redact=not no_redact))
     except (Interrupted, KeyboardInterrupt):
         click.echo("rltriage: batch interrupted; run the same command again to resume" if output else "rltriage: batch interrupted", err=True)
         code = EXIT_INTERRUPTED

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,14 +12,12 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import InferenceError, InputError, KnowledgeBaseError
+from .commands import EXIT_FOUND, EXIT_OK, EXIT_USAGE, report_errors, write_atomic
 from .load import load_knowledge_base
 from .pipeline import analyse
 from .render import render_report
 from .result import Diagnosis
 from .vocabulary import Bucket
-
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_KB = 0, 1, 2, 3
 
 FORMAT = click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 RULES_DIRS = click.option("--rules-dir", "rules_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack (repeatable).")
@@ -36,32 +33,14 @@ def fail(message: str, code: int) -> None:
 
 
 def guarded(action: Callable[[], int]) -> int:
-    try:
-        return action()
-    except InputError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except KnowledgeBaseError as exc:
-        click.echo(str(exc), err=True)
-        fail(f"knowledge base has {len(exc.problems)} problem(s)", EXIT_KB)
-    except InferenceError as exc:
-        fail(str(exc), EXIT_KB)
-    return EXIT_OK  # pragma: no cover
+    return report_errors(action)
 
 
 def write_output(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
-        return
-    target = Path(output)
-    # Write beside the target and rename, so an interrupted run never leaves half a report.
-    fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    else:
+        write_atomic(text, output)
 
 
 def use_colour(output: str | None) -> bool:

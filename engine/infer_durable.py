@@ -46,9 +46,9 @@ from .infer import (
     Fact,
     Inference,
     Program,
-    _number,
     _Store,
     chain,
+    equality_key,
     literal_match,
 )
 
@@ -88,20 +88,8 @@ def canonical(value: Any) -> str:
     """
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "n:1.0" if value else "n:0.0"
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return "n:1.0" if value.lower() == "true" else "n:0.0"
-    if isinstance(value, (int, float, str)):
-        try:
-            number = _number(value)
-        except OverflowError:
-            number = None
-        if number is not None:
-            if number == 0:
-                number = 0.0  # -0.0 == 0.0 but their reprs differ
-            return f"n:{number!r}"
-    return _opaque(value)
+    kind, payload = equality_key(value)
+    return f"n:{payload!r}" if kind == "n" else _opaque(value)
 
 
 def _opaque(value: Any) -> str:

@@ -19,7 +19,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,10 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 from ruamel.yaml.util import load_yaml_guess_indent
 
+from .commands import EXIT_OK, EXIT_USAGE, report_errors, write_atomic
 from .errors import InputError
 from .facts import coerce_config
 
-EXIT_OK, EXIT_USAGE = 0, 2
 GROUP = 2
 COMPLETION_TOKENS = 128
 STUB_REWARD = "stub_reward"
@@ -739,30 +738,15 @@ def smoke(path: str | os.PathLike[str], *, output_name: str | None = None) -> Sm
         raise InputError(message if message.startswith(os.fspath(path)) else f"{os.fspath(path)}: {message}") from None
 
 
-def write_atomic(text: str, output: str | os.PathLike[str]) -> None:
-    target = Path(output)
-    # Write beside the target and rename, so an interrupted run never leaves half a config.
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _guarded(action: Callable[[], int]) -> int:
-    try:
-        return action()
-    except InputError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        return EXIT_USAGE
-    except OSError as exc:
-        click.echo(f"rltriage: cannot write: {exc}", err=True)
-        return EXIT_USAGE
+    def writing() -> int:
+        try:
+            return action()
+        except OSError as exc:
+            click.echo(f"rltriage: cannot write: {exc}", err=True)
+            return EXIT_USAGE
+
+    return report_errors(writing)
 
 
 @click.command("smoke", context_settings={"ignore_unknown_options": True})

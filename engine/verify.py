@@ -11,19 +11,18 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 from pydantic import BaseModel, Field
 
-from .errors import InferenceError, InputError, KnowledgeBaseError
+from .commands import EXIT_FOUND, EXIT_OK, report_errors
 from .infer import Fact
 from .pipeline import SUCCESS_CRITERIA, analyse
 from .redact import redact
 from .result import Evidence
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_KB = 0, 1, 2, 3
 CHECK_NAMES = ("first_step_completed", "progress_advanced", "step_time_logged", "reward_computed")
 _MAX_EVIDENCE = 3
 _MAX_TEXT = 200
@@ -291,22 +290,6 @@ def format_text(result: VerifyResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _guarded(action: Callable[[], int]) -> int:
-    # cli.py imports this module to register the command, so its `guarded` cannot be imported here.
-    try:
-        return action()
-    except InputError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        return EXIT_USAGE
-    except KnowledgeBaseError as exc:
-        click.echo(str(exc), err=True)
-        click.echo(f"rltriage: knowledge base has {len(exc.problems)} problem(s)", err=True)
-        return EXIT_KB
-    except InferenceError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        return EXIT_KB
-
-
 @click.command("verify")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--rules-dir", "rules_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack (repeatable).")
@@ -324,6 +307,6 @@ def verify_command(paths: tuple[str, ...], rules_dirs: tuple[str, ...], fmt: str
         for warning in result.warnings:
             click.echo(f"rltriage: warning: {warning}", err=True)
         click.echo(result.model_dump_json(indent=2) if fmt == "json" else format_text(result), nl=fmt == "json")
-        return EXIT_OK if result.passed else EXIT_FAILED
+        return EXIT_OK if result.passed else EXIT_FOUND
 
-    sys.exit(_guarded(action))
+    sys.exit(report_errors(action))

@@ -63,11 +63,10 @@ from typing import Generic, TypeVar
 
 import click
 
-from .errors import InferenceError, InputError, KnowledgeBaseError
+from .commands import EXIT_OK, EXIT_STALLED, report_errors
+from .errors import InputError
 from .inputs import SNIFF_BYTES, looks_binary
 from .load import KnowledgeBase, load_knowledge_base
-
-EXIT_OK, EXIT_USAGE, EXIT_KB, EXIT_STALLED = 0, 2, 3, 4
 
 ON_STALL_FILE = "rltriage-on-stall.txt"
 READ_CHUNK = 1 << 20
@@ -436,19 +435,11 @@ def watch_command(
     paths: tuple[str, ...], stall_after: float, poll: float, on_stall: str | None, on_stall_timeout: float, fmt: str, rules_dirs: tuple[str, ...]
 ) -> None:
     """Follow a live run's logs; diagnose it when it stops progressing (exit 4), exit 0 when it finishes."""
-    try:
-        code = watch(paths, stall_after=stall_after, poll=poll, on_stall=on_stall, on_stall_timeout=on_stall_timeout, fmt=fmt, rules_dirs=rules_dirs)
-    except InputError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        code = EXIT_USAGE
-    except KnowledgeBaseError as exc:
-        click.echo(str(exc), err=True)
-        click.echo(f"rltriage: knowledge base has {len(exc.problems)} problem(s)", err=True)
-        code = EXIT_KB
-    except InferenceError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
-        code = EXIT_KB
-    sys.exit(code)
+    sys.exit(
+        report_errors(
+            lambda: watch(paths, stall_after=stall_after, poll=poll, on_stall=on_stall, on_stall_timeout=on_stall_timeout, fmt=fmt, rules_dirs=rules_dirs)
+        )
+    )
 
 
 __all__ = ["EXIT_STALLED", "Judge", "Verdict", "Watcher", "shape", "watch", "watch_command"]
