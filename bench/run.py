@@ -113,7 +113,9 @@ def timed(cmd: list[str]) -> tuple[float, int]:
     """Wall time and peak RSS (KiB) of one command, measured in a fresh child."""
     probe = (
         "import resource, subprocess, sys, time, json;"
-        "t = time.perf_counter(); subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL);"
+        # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when it writes to
+        # /dev/null, which would make the baseline meaningless.
+        "t = time.perf_counter(); subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL);"
         "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
     )
     result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True)
