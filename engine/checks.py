@@ -36,11 +36,6 @@ def _signature_ids(pattern: Pattern) -> list[str]:
     return []
 
 
-def aliases(rule: Rule) -> set[str]:
-    named = {p.alias for _s, _i, p in _patterns(rule) if p.alias}
-    return named
-
-
 def _template_exists(kb: KnowledgeBase, name: str) -> bool:
     return any((folder / name).is_file() for folder in kb.template_dirs)
 

@@ -14,7 +14,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from .infer import BaseFact, stage_definitions
 from .result import Evidence
 from .scan import ByteStream, FileScan, Tally
-from .vocabulary import LOG_KINDS, InputKind
+from .vocabulary import LOG_KINDS
 
 # Keys the report and the smoke-test reduction quote even when no rule matches on them.
 WELL_KNOWN_CONFIG_KEYS = (
@@ -224,7 +224,3 @@ def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
         facts.append(BaseFact("input", {"path": scan.path, "kind": scan.kind.value, "lines": scan.lines}))
     facts.extend(stage_definitions())
     return facts
-
-
-def is_parsed_kind(kind: InputKind) -> bool:
-    return kind in (InputKind.config, InputKind.env_report)

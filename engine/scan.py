@@ -15,8 +15,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import regex
-
 from .normalize import segments, timestamp
 from .values import convert
 from .vocabulary import InputKind, ValueType
@@ -146,7 +144,6 @@ class Scanner:
         for sig in self.signatures:
             for literal in sig.literals or ():
                 literals.setdefault((literal.lower() if sig.ignore_case else literal, sig.ignore_case), []).append(sig)
-        self.by_literal = literals
         # Only distinctive key names are looked for in logs: `n` or `model` would make every line a
         # candidate. A short last part keeps its parent (`optimizer.name`); config files are parsed whole.
         keys: set[str] = set()
@@ -410,16 +407,3 @@ def _last_timestamp(tail: bytes) -> float | None:
         if stamp is not None:
             return stamp
     return None
-
-
-def match_text(sig: CompiledSignature, text: str) -> dict[str, Any] | None:
-    """Match one example line as the scanner would (normalised), for tests and lint."""
-    for segment in segments(text):
-        match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
-        if match is not None:
-            return extract(sig, match)
-    return None
-
-
-def compile_regex(pattern: str) -> Any:
-    return regex.compile(pattern)
