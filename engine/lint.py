@@ -245,6 +245,29 @@ def check_sandbox_escape(kb: KnowledgeBase) -> Iterable[Problem]:
                     yield Problem(str(path), line_no, index + 1, "template-internals", "templates may not reach Python internals (dunder attributes)")
 
 
+def check_hit_fields(kb: KnowledgeBase) -> Iterable[Problem]:
+    """A `where` on a hit that names a field none of its signatures can set would never match."""
+    base = set(BASE_FACTS["hit"]) | set(BASE_FACTS["frame_hit"])
+    for loaded in kb.rules:
+        for section in ("all", "any", "none"):
+            for index, pattern in enumerate(getattr(loaded.model.when, section)):
+                if pattern.fact != "hit":
+                    continue
+                constraint = pattern.where.get("signature")
+                ids = constraint if isinstance(constraint, list) else [constraint] if isinstance(constraint, str) else []
+                sigs = [kb.signatures[i] for i in ids if isinstance(i, str) and i in kb.signatures]
+                if not sigs:
+                    continue
+                groups = set().union(*(set(s.regex.groupindex) for s in sigs))
+                known = base | groups | {f"last_{g}" for g in groups}
+                for name in pattern.where:
+                    if name not in known:
+                        line, col = loaded.origin.at("when", section, index, "where", name)
+                        yield Problem(
+                            loaded.origin.display, line, col, "unknown-field", f"no signature of this pattern sets field '{name}' ({', '.join(sorted(ids))})"
+                        )
+
+
 PLACEHOLDER = "TODO(rltriage)"
 
 
@@ -259,4 +282,5 @@ def check_placeholders(kb: KnowledgeBase) -> Iterable[Problem]:
 
 
 CHECKS: tuple[Check, ...] = (
-    check_placeholders,check_orphans, check_deprecated_references, check_examples, check_regex_cost, check_templates, check_sandbox_escape)
+    check_placeholders,
+    check_hit_fields,check_orphans, check_deprecated_references, check_examples, check_regex_cost, check_templates, check_sandbox_escape)

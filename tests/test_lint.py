@@ -211,3 +211,8 @@ def test_all_problems_in_one_run(pack: Path) -> None:
     write(pack, "signatures/lab/x.yaml", "id: lab.y\n")
     codes = sorted({m.split("error[")[1].split("]")[0] for m in messages(pack)})
     assert codes == ["bad-enum", "missing-key", "unknown-key"]
+
+
+def test_where_on_a_field_no_signature_sets(pack: Path) -> None:
+    path = write(pack, "rules/lab/disk_full.yaml", GOOD_RULE.replace("      as: disk\n", "      as: disk\n      where:\n        mount: /ckpt\n"))
+    assert messages(pack) == [f"{path}:13:9: error[unknown-field]: no signature of this pattern sets field 'mount' (lab.disk_full)"]
