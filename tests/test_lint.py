@@ -215,4 +215,4 @@ def test_all_problems_in_one_run(pack: Path) -> None:
 
 def test_where_on_a_field_no_signature_sets(pack: Path) -> None:
     path = write(pack, "rules/lab/disk_full.yaml", GOOD_RULE.replace("      as: disk\n", "      as: disk\n      where:\n        mount: /ckpt\n"))
-    assert messages(pack) == [f"{path}:13:9: error[unknown-field]: no signature of this pattern sets field 'mount' (lab.disk_full)"]
+    assert messages(pack) == [f"{path}:12:9: error[unknown-field]: no signature of this pattern sets field 'mount' (lab.disk_full)"]
