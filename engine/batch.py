@@ -465,7 +465,7 @@ def _write_all(
     resumed = sum(1 for r in runs if r.path in out.done)
     todo = [r for r in runs if r.path not in out.done]
     records = dict(out.done)
-    bar = progress.Progress.start(sum(r.bytes for r in todo), sum(r.files for r in todo), len(todo))
+    bar = progress.Progress(sum(r.bytes for r in todo), sum(r.files for r in todo), len(todo))
     try:
         paths = [r.path for r in todo]
         lines = _ray_lines(paths, rules_dirs, redact) if executor == "ray" else _local_lines(paths, jobs, rules_dirs, redact)

@@ -85,20 +85,6 @@ class Progress:
                 _active += 1
         self._closed = False
 
-    @classmethod
-    def start(
-        cls,
-        total_bytes: int | None = None,
-        total_files: int | None = None,
-        total_runs: int | None = None,
-        *,
-        stream: TextIO | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        env: Mapping[str, str] | None = None,
-    ) -> Progress:
-        """A bar for work of these totals (any may be unknown); a silent one when not allowed."""
-        return cls(total_bytes, total_files, total_runs, stream=stream, clock=clock, env=env)
-
     def advance(self, bytes: int = 0, files: int = 0, runs: int = 0) -> None:  # noqa: A002 - reads as the unit
         if not self.enabled:
             return
@@ -204,7 +190,7 @@ def tracked(
     env: Mapping[str, str] | None = None,
 ) -> Iterator[T]:
     """`results` (one per source, in order) passed through, advancing a bar for the scan."""
-    progress = Progress.start(total_files=len(sources), stream=stream, clock=clock, env=env)
+    progress = Progress(total_files=len(sources), stream=stream, clock=clock, env=env)
     try:
         if not progress.enabled:
             yield from results

@@ -278,7 +278,7 @@ def test_progress_draws_on_a_tty_after_a_second() -> None:
 @pytest.mark.parametrize("env", [{"NO_COLOR": "1"}, {"TERM": "dumb"}])
 def test_progress_silent_when_forbidden(env: dict[str, str]) -> None:
     stream, clock = FakeTTY(), Clock()
-    with Progress.start(100, 1, stream=stream, clock=clock, env=env) as bar:
+    with Progress(100, 1, stream=stream, clock=clock, env=env) as bar:
         clock.now += 5
         bar.advance(100, 1)
     assert stream.getvalue() == "" and not bar.enabled
@@ -287,18 +287,18 @@ def test_progress_silent_when_forbidden(env: dict[str, str]) -> None:
 def test_progress_silent_when_not_a_tty_and_one_bar_at_a_time() -> None:
     clock = Clock()
     plain = io.StringIO()
-    with Progress.start(100, 1, stream=plain, clock=clock, env={}) as bar:
+    with Progress(100, 1, stream=plain, clock=clock, env={}) as bar:
         clock.now += 5
         bar.advance(100, 1)
     assert plain.getvalue() == ""
     outer, inner = FakeTTY(), FakeTTY()
-    with Progress.start(100, 1, stream=outer, clock=clock, env={}) as first:
-        with Progress.start(100, 1, stream=inner, clock=clock, env={}) as second:
+    with Progress(100, 1, stream=outer, clock=clock, env={}) as first:
+        with Progress(100, 1, stream=inner, clock=clock, env={}) as second:
             clock.now += 5
             second.advance(100, 1)
             first.advance(100, 1)
     assert inner.getvalue() == "" and "100%" in outer.getvalue()
-    with Progress.start(1, stream=FakeTTY(), env={}) as again:
+    with Progress(1, stream=FakeTTY(), env={}) as again:
         assert again.enabled  # the slot is free again
 
 
