@@ -67,6 +67,7 @@ from .commands import EXIT_OK, EXIT_STALLED, report_errors
 from .errors import InputError
 from .inputs import SNIFF_BYTES, looks_binary
 from .load import KnowledgeBase, load_knowledge_base
+from .normalize import ANSI, REPEATED
 
 ON_STALL_FILE = "rltriage-on-stall.txt"
 READ_CHUNK = 1 << 20
@@ -74,8 +75,6 @@ MAX_LINE = 64 * 1024
 MAX_SHAPES = 100_000
 MAX_COUNTERS = 10_000
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]")
 _HEXISH = re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b")
 _NUMBERS = re.compile(r"\d+(?:[.,:/_-]\d+)*")
 _SPACES = re.compile(r"\s+")
@@ -124,7 +123,7 @@ class Verdict(Enum):
 
 def shape(line: str) -> str:
     """The line with everything that changes between two prints of the same message masked."""
-    text = _REPEATED.sub("", _ANSI.sub("", line))
+    text = REPEATED.sub("", ANSI.sub("", line))
     text = _NUMBERS.sub("#", _HEXISH.sub("#", text))
     return _SPACES.sub(" ", text).strip()
 
@@ -140,7 +139,7 @@ class Judge:
     def counter(self, line: str, where: str) -> bool | None:
         """True/False when the line carries a step counter (advanced or not), None when it has none.
         Idempotent, so it may be asked about an unfinished line and again once it is complete."""
-        text = _ANSI.sub("", line)
+        text = ANSI.sub("", line)
         stage = _STAGE.search(text)
         if stage:
             key = (where, "stage", stage["stage"], stage["step"] or "")
