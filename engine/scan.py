@@ -167,20 +167,23 @@ class Scanner:
         pieces += [(key.encode(), False, None) for key in self.config_keys]
         pieces += [(word, False, None) for word in (*FAILURE_WORDS, *STACK_HEADERS)]
         self.prefilter = make_prefilter(pieces) if pieces else None
-        # Which signatures a candidate line can match: every literal found in it, and every literal
-        # contained in one found (the alternation reports one literal per position, the longest).
+        # Which signatures a candidate line can match: every literal found in it. Hyperscan reports
+        # every occurrence of every literal; the regex alternation reports one literal per position
+        # (the longest) and resumes after it, so for it a found literal also stands for the literals
+        # it contains, and those that start inside it and run past its end are checked directly.
+        every_occurrence = isinstance(self.prefilter, HyperscanPrefilter)
         by_text: dict[str, dict[str, CompiledSignature]] = {}
         for literal, _ignore_case in literals:
             for (other, other_ci), other_sigs in literals.items():
+                if every_occurrence and (other, other_ci) != (literal, _ignore_case):
+                    continue
                 inside = other in literal.lower() if other_ci else other in literal
                 if inside:
                     for sig in other_sigs:
                         by_text.setdefault(literal, {})[sig.id] = sig
         self.by_text = {text: sorted(found.values(), key=lambda s: s.id) for text, found in by_text.items()}
-        # Literals that can start inside a found one and run past its end: the search resumes after
-        # the match, so these are checked directly.
         self.overlapping: dict[str, list[tuple[str, bool]]] = {}
-        for literal, _ci in literals:
+        for literal, _ci in [] if every_occurrence else literals:
             text = literal.lower()
             for other, other_ci in literals:
                 other_text = other.lower()
