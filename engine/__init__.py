@@ -9,12 +9,12 @@ The public API is small and never prints or exits:
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .errors import InferenceError, InputError, KnowledgeBaseError, Problem  # noqa: E402
-from .load import KnowledgeBase, load_knowledge_base  # noqa: E402
-from .pipeline import diagnose, preflight  # noqa: E402
-from .result import Cause, Diagnosis, Evidence  # noqa: E402
+from ._version import __version__
+from .base.contract import Cause, Diagnosis, Evidence
+from .base.errors import InferenceError, InputError, KnowledgeBaseError, Problem
+from .kb.knowledge import KnowledgeBase
+from .kb.load import load_knowledge_base
+from .pipeline.run import diagnose, preflight
 
 __all__ = [
     "Cause",

@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 import rltriage
-from rltriage.expectations import fixture_dirs
-from rltriage.load import KnowledgeBase
+from rltriage import KnowledgeBase
+from rltriage.kb.fixtures import fixture_dirs
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 import rltriage
-from rltriage.batch import Output, batch_command, find_runs
-from rltriage.inputs import discover
-from rltriage.progress import Progress, tracked
+from rltriage.cli.batch import batch_command
+from rltriage.inputs.discover import discover
+from rltriage.pipeline.progress import Progress, tracked
+from rltriage.tools.batch import Output, find_runs
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -81,7 +82,7 @@ def records(path: Path) -> list[dict[str, Any]]:
 def subprocess_batch(*args: str) -> subprocess.Popen[bytes]:
     # A session of its own, so the kill reaches the workers too and nothing else.
     return subprocess.Popen(
-        [sys.executable, "-c", "from rltriage.batch import batch_command; batch_command()", *args],
+        [sys.executable, "-c", "from rltriage.cli.batch import batch_command; batch_command()", *args],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -8,8 +8,8 @@ from functools import cache
 import pytest
 
 import rltriage
-from rltriage.expectations import read_expectation, run_inputs
-from rltriage.pipeline import analyse
+from rltriage.kb.fixtures import read_expectation, run_inputs
+from rltriage.pipeline.run import analyse
 
 from .conftest import FIXTURES, REPO
 

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 import rltriage
-from rltriage.errors import InputError
-from rltriage.expectations import fixture_dirs, read_expectation, run_inputs
-from rltriage.infer import BaseFact, Inference, get_engine
-from rltriage.pipeline import Analysis, analyse
+from rltriage.base.errors import InputError
+from rltriage.infer.fact import BaseFact
+from rltriage.infer.registry import get_engine
+from rltriage.infer.results import Inference
+from rltriage.kb.fixtures import fixture_dirs, read_expectation, run_inputs
+from rltriage.pipeline.run import Analysis, analyse
 
 
 def _durable_missing() -> str | None:
@@ -198,7 +200,7 @@ class _CollidingApi:
 
 
 def test_collisions_are_retried_and_runs_clean_up(tmp_path: Path) -> None:
-    from rltriage.errors import InferenceError
+    from rltriage.base.errors import InferenceError
 
     from .test_engine_conformance import _busy_facts, _busy_kb, load, rule
 
@@ -223,7 +225,7 @@ def test_collisions_are_retried_and_runs_clean_up(tmp_path: Path) -> None:
 
 
 def _outcome(engine: str, kb: Any, facts: list[BaseFact], budget: int) -> tuple[str, Any]:
-    from rltriage.errors import InferenceError
+    from rltriage.base.errors import InferenceError
 
     try:
         return "ok", _firings(get_engine(engine).run(kb.program, facts, budget=budget))

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from rltriage import KnowledgeBase
 from rltriage.cli import main
-from rltriage.expectations import check_fixture, run_inputs
-from rltriage.load import KnowledgeBase
+from rltriage.kb.fixtures import run_inputs
+from rltriage.tools.expectations import check_fixture
 
 from .conftest import all_fixtures
 
@@ -38,8 +39,8 @@ def test_cli_json_equals_library(folder: Path, kb: KnowledgeBase) -> None:
 
 
 def test_there_is_a_fixture_per_stall_bucket_and_a_clean_run() -> None:
-    from rltriage.expectations import read_expectation
-    from rltriage.vocabulary import STALL_BUCKETS
+    from rltriage.base.vocabulary import STALL_BUCKETS
+    from rltriage.kb.fixtures import read_expectation
 
     expectations = [read_expectation(folder) for folder in FIXTURES]
     primaries = {getattr(e.primary_bucket, "value", e.primary_bucket) for e in expectations if e.mode == "diagnose"}

@@ -26,7 +26,7 @@ for _name in ("torch", "transformers", "trl", "datasets", "tokenizers"):
     )
 
 from rltriage.integrations import trl as integration  # noqa: E402
-from rltriage.pipeline import Analysis, analyse  # noqa: E402
+from rltriage.pipeline.run import Analysis, analyse  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -177,7 +177,7 @@ def test_clean_step_proves_its_boundary(tmp_path: Path) -> None:
 def _verify_if_available(log: Path, *, expect_pass: bool) -> None:
     # `rltriage.verify` is written concurrently; check it only where it exists.
     try:
-        verify_module = importlib.import_module("rltriage.verify")
+        verify_module = importlib.import_module("rltriage.tools.verify")
     except ImportError:
         return
     result = verify_module.verify([str(log)])

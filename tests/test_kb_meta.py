@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from rltriage.expectations import read_expectation
-from rltriage.load import KnowledgeBase
-from rltriage.models import ID_PATTERN
+from rltriage import KnowledgeBase
+from rltriage.kb.fixtures import read_expectation
+from rltriage.kb.models import ID_PATTERN
 
 from .conftest import all_fixtures
 
@@ -60,7 +60,7 @@ def test_every_concluding_rule_says_what_it_is(kb: KnowledgeBase) -> None:
 def test_the_shipped_knowledge_base_is_lint_clean() -> None:
     """Every template renders with its rule's fields, every example holds, no regex backtracks,
     nothing is orphaned or refers to a deprecated id."""
-    from rltriage.lint import lint
+    from rltriage.tools.lint import lint
 
     problems = lint()
     assert not problems, "\n".join(str(p) for p in problems)

@@ -9,9 +9,10 @@ import jsonschema
 import pytest
 
 import rltriage
-from rltriage.expectations import run_inputs
-from rltriage.pipeline import analyse
-from rltriage.schemas import SCHEMAS, schema_text
+from rltriage.kb.fixtures import run_inputs
+from rltriage.kb.models import Rule
+from rltriage.pipeline.run import analyse
+from rltriage.tools.schemas import SCHEMAS, schema_text
 
 from .conftest import REPO, all_fixtures
 
@@ -32,7 +33,8 @@ def test_json_output_validates(folder: Path, kb: rltriage.KnowledgeBase) -> None
 
 
 def test_rule_files_validate_against_the_rule_schema(kb: rltriage.KnowledgeBase) -> None:
-    from rltriage.yamlio import load_yaml, plain
+    from rltriage.base.values import plain
+    from rltriage.kb.yamlio import load_yaml
 
     schema = json.loads((SCHEMA_DIR / "rule.schema.json").read_text(encoding="utf-8"))
     for loaded in kb.rules[:50]:
@@ -41,5 +43,5 @@ def test_rule_files_validate_against_the_rule_schema(kb: rltriage.KnowledgeBase)
         data = plain(tree)
         # Shorthands (`hit:`, `stage:`…) are expanded by the model before validation; the schema
         # describes the expanded form, so compare through the model.
-        expanded = json.loads(rltriage.models.Rule.model_validate(data).model_dump_json(by_alias=True, exclude_none=True))
+        expanded = json.loads(Rule.model_validate(data).model_dump_json(by_alias=True, exclude_none=True))
         jsonschema.validate(expanded, schema)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import rltriage
-from rltriage.expectations import check_signature_examples
-from rltriage.load import KnowledgeBase
+from rltriage import KnowledgeBase
+from rltriage.tools.expectations import check_signature_examples
 
 SIGNATURES = sorted(rltriage.load_knowledge_base().signatures)
 

@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from ruamel.yaml import YAML
 
-from rltriage.errors import InputError
-from rltriage.smoke import SmokeResult, smoke, smoke_command, smoke_text
+from rltriage.base.errors import InputError
+from rltriage.cli.smoke import smoke_command
+from rltriage.tools.smoke import SmokeResult, smoke, smoke_text
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -264,7 +265,7 @@ def test_broken_yaml_exits_2(tmp_path: Path) -> None:
 def test_subprocess_entry_point(tmp_path: Path) -> None:
     path = _write(tmp_path, "grpo.yaml", TRL_YAML)
     out = tmp_path / "out.yaml"
-    code = "from rltriage.smoke import smoke_command; smoke_command()"
+    code = "from rltriage.cli.smoke import smoke_command; smoke_command()"
     done = subprocess.run([sys.executable, "-c", code, str(path), "-o", str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"--- {path}\n+++ {out}\n")
@@ -284,7 +285,7 @@ def test_commands_register_on_the_cli_group() -> None:
     import click
 
     from rltriage.cli import main
-    from rltriage.verify import verify_command
+    from rltriage.cli.verify import verify_command
 
     group = click.Group(commands=[smoke_command, verify_command])
     assert sorted(group.commands) == ["smoke", "verify"]

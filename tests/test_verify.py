@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rltriage.errors import InputError
-from rltriage.verify import CHECK_NAMES, step_time_in, verify, verify_command
+from rltriage.base.errors import InputError
+from rltriage.cli.verify import verify_command
+from rltriage.tools.verify import CHECK_NAMES, step_time_in, verify
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -126,7 +127,7 @@ def test_cli_broken_rule_pack_exits_3(tmp_path: Path) -> None:
 
 
 def test_subprocess_entry_point() -> None:
-    code = "from rltriage.verify import verify_command; verify_command()"
+    code = "from rltriage.cli.verify import verify_command; verify_command()"
     ok = subprocess.run([sys.executable, "-c", code, str(CLEAN)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("PASS  first GRPO step completes")

@@ -14,11 +14,13 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from rltriage.watch import EXIT_STALLED, Judge, Verdict, Watcher, watch_command
+from rltriage.cli.common import EXIT_STALLED
+from rltriage.cli.watch import watch_command
+from rltriage.tools.watch import Judge, Verdict, Watcher
 
 from .conftest import FIXTURES, REPO
 
-WATCH = [sys.executable, "-c", "from rltriage.watch import watch_command; watch_command()"]
+WATCH = [sys.executable, "-c", "from rltriage.cli.watch import watch_command; watch_command()"]
 SECTIONS = ["Failure summary", "Boundary proof", "Root-cause ranking", "Minimal fix", "Patch plan", "Verification"]
 
 # The writers share this prologue: a TRL GRPO run up to its first generation, flushed line by line.

@@ -9,8 +9,8 @@ Usage::
     instrument(trainer)                     # reward and first-generation markers
     trainer.train()
 
-Every marker is one line in the stable format `[rltriage] stage=<stage> step=<n> seconds=<x>` that
-`signatures/rltriage/stage_marker.yaml` recognises, so `rltriage diagnose` can tell exactly which stage
+Every marker is one line in the stable format `[rltriage] stage=<stage> step=<n> seconds=<x>`
+(`rltriage.base.markers`, which `signatures/rltriage/stage_marker.yaml` recognises), so `rltriage diagnose` can tell exactly which stage
 of step 0 never returned, and the watchdog's faulthandler dump shows the call that did not.
 """
 
@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, TextIO
+
+from ..base.markers import format_marker
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -53,17 +55,6 @@ _WRAPPED_ATTR = "__rltriage_wrapped__"
 # only have `_generate_and_score_completions`, which also scores, so there the first reward call
 # closes the generation stage instead (see `_GenerationState`).
 _GENERATION_METHODS = ("_generate", "_generate_and_score_completions")
-
-
-def format_marker(stage: str, step: int | None = None, seconds: float | None = None, **extra: object) -> str:
-    # The order stage, step, seconds is fixed by the signature's pattern; extras go after it.
-    parts = [f"[rltriage] stage={stage}"]
-    if step is not None:
-        parts.append(f"step={step}")
-    if seconds is not None:
-        parts.append(f"seconds={seconds:.3f}")
-    parts.extend(f"{key}={value}" for key, value in extra.items())
-    return " ".join(parts)
 
 
 def emit_marker(

@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from rltriage import archives, inputs
-from rltriage.load import KnowledgeBase
-from rltriage.pipeline import Analysis, analyse
-from rltriage.vocabulary import InputKind
+from rltriage import KnowledgeBase
+from rltriage.base.vocabulary import InputKind
+from rltriage.inputs import archives
+from rltriage.inputs import discover as inputs
+from rltriage.pipeline.run import Analysis, analyse
 
 try:
     import zstandard

@@ -19,10 +19,13 @@ from typing import Any, TypeVar
 import pytest
 from click.testing import CliRunner
 
-from rltriage import archives, inputs
+from rltriage import KnowledgeBase
 from rltriage.cli import main
-from rltriage.load import KnowledgeBase
-from rltriage.pipeline import Analysis, analyse, read_source, scanner_for
+from rltriage.inputs import archives
+from rltriage.inputs import discover as inputs
+from rltriage.pipeline.read import read_source
+from rltriage.pipeline.run import Analysis, analyse
+from rltriage.pipeline.scan import scanner_for
 
 T = TypeVar("T")
 

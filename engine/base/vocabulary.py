@@ -1,0 +1,148 @@
+"""The fixed vocabulary shared by the knowledge base, the engine and the output contract."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Bucket(str, Enum):
+    # The nine stall buckets, in the order of the first-step hang debugger.
+    rollout_hang = "rollout_hang"
+    distributed_sync = "distributed_sync"
+    kernel_runtime = "kernel_runtime"
+    generation_settings = "generation_settings"
+    multimodal_path = "multimodal_path"
+    reward_blocking = "reward_blocking"
+    remote_eval_blocking = "remote_eval_blocking"
+    dataloader_stall = "dataloader_stall"
+    vram_pressure = "vram_pressure"
+    # Buckets for failures that are not first-step stalls.
+    config_error = "config_error"
+    slow_path = "slow_path"
+    cluster_infra = "cluster_infra"
+    training_signal = "training_signal"
+    eval_scoring = "eval_scoring"
+
+
+STALL_BUCKETS: tuple[Bucket, ...] = tuple(Bucket)[:9]
+
+BUCKET_TITLES: dict[Bucket, str] = {
+    Bucket.rollout_hang: "trainer rollout hang",
+    Bucket.distributed_sync: "distributed / accelerate synchronization hang",
+    Bucket.kernel_runtime: "kernel / host runtime incompatibility",
+    Bucket.generation_settings: "pathological generation settings",
+    Bucket.multimodal_path: "multimodal model path causing trainer issues",
+    Bucket.reward_blocking: "reward function call blocking",
+    Bucket.remote_eval_blocking: "remote evaluator blocking",
+    Bucket.dataloader_stall: "dataloader / collator stall",
+    Bucket.vram_pressure: "VRAM pressure / memory thrash",
+    Bucket.config_error: "configuration contract violated",
+    Bucket.slow_path: "slow path (progressing, not deadlocked)",
+    Bucket.cluster_infra: "cluster, container or scheduler infrastructure",
+    Bucket.training_signal: "training signal (reward / gradient) problem",
+    Bucket.eval_scoring: "validation and evaluation scoring",
+}
+
+
+class Symptom(str, Enum):
+    hang = "hang"
+    oom = "oom"
+    crash = "crash"
+    error_at_startup = "error_at_startup"
+    slow = "slow"
+    wrong_result = "wrong_result"
+    none = "none"
+
+
+class InputKind(str, Enum):
+    driver_log = "driver_log"
+    rank_log = "rank_log"
+    ray_worker_err = "ray_worker_err"
+    ray_worker_out = "ray_worker_out"
+    config = "config"
+    env_report = "env_report"
+    stack_dump = "stack_dump"
+    other = "other"
+
+
+# Kinds whose lines are scanned for signatures; configs and environment reports are parsed instead.
+LOG_KINDS: frozenset[InputKind] = frozenset(
+    {
+        InputKind.driver_log,
+        InputKind.rank_log,
+        InputKind.ray_worker_err,
+        InputKind.ray_worker_out,
+        InputKind.stack_dump,
+        InputKind.other,
+    }
+)
+
+
+class Status(str, Enum):
+    stable = "stable"
+    experimental = "experimental"
+    deprecated = "deprecated"
+
+
+class ValueType(str, Enum):
+    str = "str"
+    int = "int"
+    float = "float"
+    size = "size"
+    version = "version"
+    duration = "duration"
+
+
+class PatchKind(str, Enum):
+    config = "config"
+    env = "env"
+    file = "file"
+    command = "command"
+    package = "package"
+
+
+class Stage(str, Enum):
+    """Stages of a run, in the order a healthy first step passes them."""
+
+    model_loaded = "model_loaded"
+    canary_generation = "canary_generation"
+    trainer_started = "trainer_started"
+    first_generation_started = "first_generation_started"
+    first_generation_finished = "first_generation_finished"
+    reward_computed = "reward_computed"
+    weight_sync_started = "weight_sync_started"
+    weight_sync_finished = "weight_sync_finished"
+    first_step_completed = "first_step_completed"
+
+
+# The stage a run must pass next after each stage. A canary generation and a weight sync only exist
+# where the run logs them, so a run that never mentions them skips them.
+NEXT_STAGE: dict[Stage, Stage | None] = {
+    Stage.model_loaded: Stage.trainer_started,
+    Stage.canary_generation: Stage.trainer_started,
+    Stage.trainer_started: Stage.first_generation_started,
+    Stage.first_generation_started: Stage.first_generation_finished,
+    Stage.first_generation_finished: Stage.reward_computed,
+    Stage.reward_computed: Stage.first_step_completed,
+    Stage.weight_sync_started: Stage.weight_sync_finished,
+    Stage.weight_sync_finished: Stage.first_step_completed,
+    Stage.first_step_completed: None,
+}
+
+STAGE_ORDER: dict[Stage, int] = {stage: index for index, stage in enumerate(Stage, start=1)}
+
+
+# Fact types the pipeline asserts before any rule runs, with the fields they always carry.
+BASE_FACTS: dict[str, tuple[str, ...]] = {
+    "hit": ("signature", "path", "kind", "count", "line", "text", "rank", "ranks", "timestamp"),
+    # Frame signatures' hits carry where in which stack they matched, besides the hit fields.
+    "frame_hit": ("process", "thread", "main", "depth", "stack", "dump", "state"),
+    "config": ("key", "name", "value", "path", "line", "source"),
+    "package": ("name", "version", "path", "line"),
+    "kernel": ("version", "path", "line"),
+    "input": ("path", "kind", "lines"),
+    "stage_def": ("name", "order", "next"),
+    "stack": ("path", "process", "thread", "main", "kind", "top", "depth", "line", "stack"),
+    "stack_outlier": ("path", "process", "thread", "top", "line", "majority_top", "majority_count", "total"),
+    "run": ("mode", "inputs", "logs", "log_lines"),
+}

@@ -1,0 +1,2 @@
+"""Forward chaining: fact types, the rule language's semantics, the default engine, the optional
+durable engine and the engine registry."""

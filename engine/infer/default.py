@@ -1,0 +1,208 @@
+"""The default engine: a stratified, semi-naive forward chainer.
+
+* rules are ordered into strata so that a rule that negates a fact type runs only after every rule
+  that can produce that type — negation is order-independent by construction;
+* within a stratum only tuples that contain at least one new fact are matched (semi-naive);
+* facts have set semantics (type plus fields), a rule fires once per tuple of facts;
+* order is deterministic: stratum, priority, rule id, fact ids in scan order;
+* a firing budget turns a runaway chain into an InferenceError naming the rule.
+
+The engine keeps no state between runs, so one compiled program is shared by any number of threads.
+`chain` is the loop every engine shares; an engine decides single-fact matches through its store.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ..base.contract import Evidence
+from ..base.errors import InferenceError
+from ..kb.compile import CompiledPattern, CompiledRule, Program
+from .fact import BaseFact, Fact, equality_key, fact_key
+from .results import DEFAULT_BUDGET, Firing, Inference, SuppressionRecord
+from .semantics import binding_view, cited_evidence, literal_match, negation_blocker, refs_complete, refs_match, resolve_field, tests_pass
+
+
+class Store:
+    def __init__(self, indexed: Mapping[str, frozenset[str]]) -> None:
+        self.facts: list[Fact] = []
+        self.by_type: dict[str, list[Fact]] = defaultdict(list)
+        self.keys: dict[tuple[Any, ...], Fact] = {}
+        self.indexed = indexed
+        self.index: dict[tuple[str, str, Any], list[Fact]] = defaultdict(list)
+        # Fact ids beside each list, kept sorted by construction, for bisecting a semi-naive range.
+        self.ids: dict[int, list[int]] = {}
+
+    def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Evidence, ...]) -> Fact | None:
+        key = fact_key(type_, fields)
+        existing = self.keys.get(key)
+        if existing is not None:
+            # Set semantics: the fact exists already; keep the extra proof lines it was derived from.
+            merged = list(existing.evidence)
+            for ev in evidence:
+                if len(merged) < 8 and all((e.path, e.line) != (ev.path, ev.line) for e in merged):
+                    merged.append(ev)
+            object.__setattr__(existing, "evidence", tuple(merged))
+            return None
+        fact = Fact(len(self.facts), type_, dict(fields), evidence)
+        self.facts.append(fact)
+        self._append(self.by_type[type_], fact)
+        self.keys[key] = fact
+        for name in self.indexed.get(type_, ()):
+            if name in fact.fields:
+                self._append(self.index[(type_, name, equality_key(fact.fields[name]))], fact)
+        return fact
+
+    def _append(self, facts: list[Fact], fact: Fact) -> None:
+        facts.append(fact)
+        self.ids.setdefault(id(facts), []).append(fact.id)
+
+    def _ids(self, facts: list[Fact]) -> list[int]:
+        return self.ids.get(id(facts)) or [f.id for f in facts]
+
+    def candidates(self, pattern: CompiledPattern, low: int, high: int) -> list[Fact]:
+        """Facts with ids in [low, high) that pass the pattern's literal checks."""
+        pool: list[Fact] | None = None
+        for check in pattern.literal_checks:
+            if check.field in self.indexed.get(pattern.type, ()):
+                if check.op == "eq":
+                    pool = self.index.get((pattern.type, check.field, equality_key(check.value)), [])
+                    break
+                if check.op == "in":
+                    merged: list[Fact] = []
+                    for value in check.value:
+                        merged.extend(self.index.get((pattern.type, check.field, equality_key(value)), []))
+                    pool = sorted({f.id: f for f in merged}.values(), key=lambda f: f.id)
+                    break
+        if pool is None:
+            pool = self.by_type.get(pattern.type, [])
+        ids = self._ids(pool)
+        start, stop = bisect.bisect_left(ids, low), bisect.bisect_left(ids, high)
+        return [f for f in pool[start:stop] if literal_match(pattern, f)]
+
+
+Bound = dict[str, tuple[CompiledPattern, Fact]]
+
+
+def _join(store: Store, rule: CompiledRule, delta_start: int, delta_end: int) -> Iterator[Bound]:
+    """Semi-naive join: every tuple with at least one fact from [delta_start, delta_end)."""
+    slots = rule.slots
+    if not slots:
+        if delta_start == 0:
+            yield {}
+        return
+    for pivot in range(len(slots)):
+        pools = []
+        for position, slot in enumerate(slots):
+            if position < pivot:
+                low, high = 0, delta_start
+            elif position == pivot:
+                low, high = delta_start, delta_end
+            else:
+                low, high = 0, delta_end
+            options = [(pattern, fact) for pattern in slot for fact in store.candidates(pattern, low, high)]
+            options.sort(key=lambda pf: pf[1].id)
+            pools.append(options)
+        if all(pools):
+            yield from _product(pools, 0, {})
+
+
+def _product(pools: list[list[tuple[CompiledPattern, Fact]]], position: int, bound: Bound) -> Iterator[Bound]:
+    if position == len(pools):
+        yield dict(bound)
+        return
+    facts = {alias: fact for alias, (_p, fact) in bound.items()}
+    for pattern, fact in pools[position]:
+        if pattern.alias in bound or not refs_match(pattern, fact, facts):
+            continue
+        bound[pattern.alias] = (pattern, fact)
+        yield from _product(pools, position + 1, bound)
+        del bound[pattern.alias]
+
+
+def refs_hold(bound: Bound) -> bool:
+    facts = {alias: fact for alias, (_p, fact) in bound.items()}
+    return all(refs_complete(pattern, fact, facts) for pattern, fact in bound.values())
+
+
+def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int = DEFAULT_BUDGET) -> Inference:
+    """The stratified semi-naive loop, shared by every engine; `store` decides single-fact matches."""
+    for base in facts:
+        store.add(base.type, base.fields, base.evidence)
+    # The budget grows with the input (a rule may fire once per fact) but stays finite, so a
+    # chain that derives new facts forever is still stopped.
+    budget = max(budget, 8 * len(store.facts))
+    firings: list[Firing] = []
+    suppressions: list[SuppressionRecord] = []
+    fired_keys: set[tuple[str, tuple[int, ...]]] = set()
+    per_rule: Counter[str] = Counter()
+    wanted = {rule.id: frozenset(p.type for slot in rule.slots for p in slot) for rule in program.rules}
+    for stratum in program.strata:
+        delta_start = 0
+        delta_end = len(store.facts)
+        while delta_start < delta_end:
+            # A rule can only find a new tuple if one of its patterns wants a type that is new.
+            new_types = {fact.type for fact in store.facts[delta_start:delta_end]}
+            for rule in stratum:
+                if wanted[rule.id] and wanted[rule.id].isdisjoint(new_types):
+                    continue
+                for bound in list(_join(store, rule, delta_start, delta_end)):
+                    ids = tuple(fact.id for _pattern, fact in bound.values())
+                    key = (rule.id, ids)
+                    if key in fired_keys or not refs_hold(bound):
+                        continue
+                    bindings = {alias: fact for alias, (_p, fact) in bound.items()}
+                    if any(negation_blocker(store.by_type.get(n.type, ()), n, bindings) for n in rule.negatives):
+                        continue
+                    if not tests_pass(rule, bindings)[0]:
+                        continue
+                    fired_keys.add(key)
+                    per_rule[rule.id] += 1
+                    if len(fired_keys) > budget:
+                        worst, count = per_rule.most_common(1)[0]
+                        raise InferenceError(
+                            f"firing budget of {budget} exceeded: rule {worst} fired {count} times; its chain does not reach a fixpoint"
+                        )
+                    firings.append(_fire(store, rule, bindings, ids, suppressions))
+            delta_start, delta_end = delta_end, len(store.facts)
+    return Inference(store.facts, firings, suppressions)
+
+
+class DefaultEngine:
+    name = "default"
+
+    def run(self, program: Program, facts: Sequence[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference:
+        return chain(program, Store(program.indexed), facts, budget)
+
+
+def _fire(
+    store: Store, rule: CompiledRule, bindings: dict[str, Fact], ids: tuple[int, ...], suppressions: list[SuppressionRecord]
+) -> Firing:
+    model = rule.model
+    derived: list[int] = []
+    for derive in model.then.derive:
+        fields = {name: resolve_field(value, bindings) for name, value in sorted(derive.fields.items())}
+        fact = store.add(derive.fact, fields, cited_evidence(model, derive.cite, bindings))
+        if fact is not None:
+            derived.append(fact.id)
+    for suppress in model.then.suppress:
+        suppressions.append(
+            SuppressionRecord(
+                rule.id,
+                suppress.bucket.value if suppress.bucket else None,
+                suppress.cause,
+                str(resolve_field(suppress.reason, bindings)),
+                cited_evidence(model, None, bindings),
+            )
+        )
+    weight: float | None = None
+    cause: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+    if model.then.evidence is not None:
+        weight = model.then.evidence.weight
+        cause = model.then.evidence.cause or rule.id
+        evidence = cited_evidence(model, model.then.evidence.cite, bindings)
+    return Firing(rule.id, rule.stratum, ids, binding_view(bindings), tuple(derived), weight, cause, evidence)

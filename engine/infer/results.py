@@ -1,0 +1,53 @@
+"""What an inference run returns, and the interface every engine implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..base.contract import Evidence
+from ..kb.compile import Program
+from .fact import BaseFact, Fact
+
+DEFAULT_BUDGET = 50_000
+
+
+@dataclass(frozen=True)
+class Firing:
+    rule: str
+    stratum: int
+    facts: tuple[int, ...]
+    bindings: Mapping[str, Mapping[str, Any]]
+    derived: tuple[int, ...]
+    weight: float | None
+    cause: str | None
+    evidence: tuple[Evidence, ...]
+
+
+@dataclass(frozen=True)
+class SuppressionRecord:
+    rule: str
+    bucket: str | None
+    cause: str | None
+    reason: str
+    evidence: tuple[Evidence, ...]
+
+
+@dataclass
+class Inference:
+    facts: list[Fact]
+    firings: list[Firing]
+    suppressions: list[SuppressionRecord]
+
+    def facts_of(self, type_: str) -> list[Fact]:
+        return [f for f in self.facts if f.type == type_]
+
+    def fired(self, rule_id: str) -> bool:
+        return any(f.rule == rule_id for f in self.firings)
+
+
+class Engine(Protocol):
+    name: str
+
+    def run(self, program: Program, facts: Sequence[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference: ...

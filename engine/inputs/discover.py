@@ -1,0 +1,297 @@
+"""Finding the inputs of a run (files, folders, archives, stdin) and telling what each one is."""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import io
+import os
+import re
+import stat
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import BinaryIO, cast
+
+from ..base.errors import InputError
+from ..base.vocabulary import InputKind
+from . import archives
+from .filetypes import CONFIG_SUFFIXES, LOG_SUFFIXES, RAY_WORKER_SUFFIXES, is_archive_candidate
+from .walk import folders
+
+SNIFF_BYTES = 8192
+MAX_PARSED_FILE = 16 * 1024 * 1024  # configs and environment reports are read whole
+
+_PIP_LINE = re.compile(rb"^[A-Za-z0-9][A-Za-z0-9_.\-]*(?:\[[^\]]*\])?\s*(?:==|===|@)\s*\S+\s*$")
+_RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?\d+", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: a display name for citations and a way to open its bytes.
+
+    `order` places it among the others (see `sort_key`); members of one archive share its first
+    element so they are read one after the other, in archive order.
+    """
+
+    display: str
+    open: Callable[[], BinaryIO]
+    name: str
+    order: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Warning:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def sort_key(source: Source) -> tuple[str, ...]:
+    """Inputs are read in this order, whatever order they were given in, so output is deterministic.
+
+    Archive members keep their archive order, so one sequential reader serves them all.
+    """
+    return source.order or (source.display, "")
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _not_regular(mode: int) -> str:
+    kind = next((text for test, text in _KINDS if test(mode)), "not a regular file")
+    return f"skipped: {kind}" if kind == "not a regular file" else f"skipped: {kind}, not a regular file"
+
+
+def _walk(root: str, warnings: list[Warning]) -> list[tuple[str, os.stat_result | None]]:
+    """Files under `root` with their stat when it came for free; never opens or follows anything."""
+
+    def on_error(path: str, exc: OSError, listing: bool) -> None:
+        warnings.append(Warning(path, f"{'cannot read folder' if listing else 'skipped'}: {exc.strerror or exc}"))
+
+    found: list[tuple[str, os.stat_result | None]] = []
+    for folder in folders(root, on_error):
+        for entry in folder.files:
+            try:
+                if entry.is_symlink():
+                    # os.path.isdir, unlike DirEntry.is_dir, treats a link loop as "not a folder".
+                    if os.path.isdir(entry.path):
+                        warnings.append(Warning(entry.path, "symbolic link to a folder not followed"))
+                        continue
+                    found.append((entry.path, None))  # its target is looked at by _file_sources
+                    continue
+                # FIFOs and devices too: _file_sources tells what they are, once, without opening them.
+                found.append((entry.path, entry.stat(follow_symlinks=False)))
+            except OSError as exc:
+                warnings.append(Warning(entry.path, f"skipped: {exc.strerror or exc}"))
+    return found
+
+def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | None = None) -> list[Source]:
+    """Expand files, folders, archives and `-` into sources, in a deterministic order.
+
+    A path that does not exist is an InputError; anything unreadable is a warning. Nothing that is
+    not a regular file is ever opened (opening a FIFO blocks).
+    """
+    sources: list[Source] = []
+    seen: set[str] = set()
+    ctx = archives.Context(warn=lambda path, message: warnings.append(Warning(path, message)))
+    cache = [archives.CACHE_LIMIT]
+    for given in paths:
+        if given == "-":
+            data = (stdin or sys.stdin.buffer).read()
+            sources.append(Source("<stdin>", _opener(partial(io.BytesIO, data)), "stdin"))
+            continue
+        path = Path(given)
+        if not path.exists() and not path.is_symlink():
+            raise InputError(f"{given}: no such file or folder")
+        is_dir = path.is_dir()
+        candidates = _walk(str(path), warnings) if is_dir else [(str(path), None)]
+        if is_dir and not candidates:
+            warnings.append(Warning(given, "folder holds no files"))
+        for display, info in candidates:
+            if display in seen:
+                continue
+            seen.add(display)
+            sources.extend(_file_sources(display, info, warnings, ctx, cache))
+    if ctx.zstd_skipped:
+        more = f" and {len(ctx.zstd_skipped) - 5} more" if len(ctx.zstd_skipped) > 5 else ""
+        warnings.append(Warning(ctx.zstd_skipped[0], f"zstandard not installed; skipped {', '.join(ctx.zstd_skipped[:5])}{more}"))
+    return sources
+
+
+def _file_sources(
+    display: str, info: os.stat_result | None, warnings: list[Warning], ctx: archives.Context, cache: list[int]
+) -> list[Source]:
+    # Plain strings, not Path objects: this runs once per file, for folders of 100,000 files.
+    if info is None:
+        try:
+            info = os.stat(display)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                reason = "symbolic link loop"
+            elif os.path.islink(display):
+                reason = "broken symbolic link"
+            else:
+                reason = exc.strerror or str(exc)
+            warnings.append(Warning(display, f"skipped: {reason}"))
+            return []
+    if not stat.S_ISREG(info.st_mode):
+        warnings.append(Warning(display, _not_regular(info.st_mode)))
+        return []
+    if not os.access(display, os.R_OK):
+        warnings.append(Warning(display, "skipped: permission denied"))
+        return []
+    name = os.path.basename(display)
+    if is_archive_candidate(name):
+        path = Path(display)
+        try:
+            members = archives.list_members(path, display, ctx, cache)
+        except OSError as exc:
+            warnings.append(Warning(display, f"skipped: {exc.strerror or exc}"))
+            return []
+        if members is not None:
+            return _member_sources(path, display, members, warnings)
+    size = info.st_size
+    return [Source(display, _opener(lambda: Checked(open(display, "rb"), display, warnings, size)), name)]
+
+
+def _opener(make: Callable[[], io.IOBase]) -> Callable[[], BinaryIO]:
+    # Our readers are io.RawIOBase, which typing does not count as BinaryIO.
+    return cast(Callable[[], BinaryIO], make)
+
+
+def _member_sources(path: Path, display: str, members: list[archives.Member], warnings: list[Warning]) -> list[Source]:
+    shared = archives.SharedArchive(path, display, members)
+    return [
+        Source(
+            m.display,
+            _opener(lambda m=m: Checked(shared.open(m.index), m.display, warnings)),  # type: ignore[misc]
+            m.name,
+            order=(display, f"{m.index:010d}"),
+        )
+        for m in members
+    ]
+
+
+class Checked(archives.Reader):
+    """What an input's bytes turn out to be while they are read, told once per input.
+
+    - a file read up to its size when it was found: one that keeps growing cannot stall a
+      diagnosis, and one that shrinks under us is reported;
+    - invalid UTF-8 (the scanner replaces it, so matching goes on, but evidence may show U+FFFD);
+    - bare carriage returns as the only line ends, read as line breaks so line numbers mean
+      something and a whole log is not one 'line'.
+    Warnings are told on close, and not for binary content, which the pipeline already skips.
+    """
+
+    def __init__(self, raw: BinaryIO, display: str, warnings: list[Warning], size: int | None = None) -> None:
+        self._raw = raw
+        self._display = display
+        self._warnings = warnings
+        self._size = size
+        self._left = size if size is not None else -1
+        self._read = 0
+        self._reads = 0
+        self._head = b""
+        self._decoder: codecs.IncrementalDecoder | None = codecs.getincrementaldecoder("utf-8")("strict")
+        self._bad_utf8: int | None = None
+        self._bare_cr: bool | None = None
+        self._eof = False
+
+    def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
+        self._reads += 1
+        if self._size is not None:
+            if self._left <= 0:
+                self._eof = True
+                return b""
+            size = self._left if size is None or size < 0 else min(size, self._left)
+        data = self._raw.read(-1 if size is None else size)
+        if not data:
+            self._eof = True
+            return data
+        if self._size is not None:
+            self._left -= len(data)
+        if len(self._head) < SNIFF_BYTES:
+            self._head += data[: SNIFF_BYTES - len(self._head)]
+        if self._decoder is not None:
+            try:
+                self._decoder.decode(data)
+            except UnicodeDecodeError as exc:
+                self._bad_utf8 = self._read + exc.start
+                self._decoder = None
+        self._read += len(data)
+        if self._bare_cr is None:
+            self._bare_cr = b"\n" not in data and b"\r" in data
+        if self._bare_cr:
+            data = data.replace(b"\r", b"\n")
+        return data
+
+    def _notes(self) -> list[str]:
+        notes: list[str] = []
+        if self._reads < 2 or looks_binary(self._head):
+            return notes  # only sniffed, or binary: the pipeline says what it did
+        if self._size is not None and self._eof:
+            if self._read < self._size:
+                notes.append(f"file shrank while being read: {self._read} of {self._size} bytes read")
+            elif self._left <= 0:
+                try:
+                    now = os.fstat(self._raw.fileno()).st_size
+                except (OSError, ValueError, io.UnsupportedOperation):
+                    now = self._size
+                if now > self._size:
+                    notes.append(f"file grew while being read; read the first {self._size} bytes")
+        if self._bad_utf8 is not None:
+            notes.append(f"not valid UTF-8 (first bad byte at offset {self._bad_utf8}); undecodable bytes read as U+FFFD")
+        if self._bare_cr:
+            notes.append("lines end in bare carriage returns (\\r); read them as line breaks")
+        return notes
+
+    def close(self) -> None:
+        if not self.closed:
+            for note in self._notes():
+                self._warnings.append(Warning(self._display, note))
+            self._raw.close()
+        super().close()
+
+
+def classify(source: Source, head: bytes) -> InputKind:
+    """The kind of an input, from its name first and its first bytes second."""
+    name = source.name.lower()
+    suffix = Path(name).suffix
+    text = head.decode("utf-8", "replace")
+    if "most recent call first)" in text and ("Thread 0x" in text or "Stack (most recent" in text) or (
+        re.search(r"^Process \d+: ", text, re.M) and "Python v" in text
+    ):
+        return InputKind.stack_dump
+    if "collect_env" in name or "Collecting environment information" in text or re.search(r"^PyTorch version: ", text, re.M):
+        return InputKind.env_report
+    lines = [line for line in head.splitlines()[:50] if line.strip() and not line.startswith(b"#")]
+    if lines and sum(1 for line in lines if _PIP_LINE.match(line)) >= max(2, int(len(lines) * 0.6)):
+        return InputKind.env_report
+    if suffix in CONFIG_SUFFIXES and not re.search(r"^\S*(?:INFO|WARNING|ERROR)\b", text, re.M):
+        return InputKind.config
+    if suffix in RAY_WORKER_SUFFIXES and "worker" in name:
+        return InputKind(RAY_WORKER_SUFFIXES[suffix])
+    if _RANK_NAME.search(name):
+        return InputKind.rank_log
+    if suffix in (*LOG_SUFFIXES, "") or name == "stdin":
+        return InputKind.driver_log
+    return InputKind.other
+
+
+def looks_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    if not head:
+        return False
+    control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
+    return control > len(head) * 0.1

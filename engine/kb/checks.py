@@ -1,0 +1,114 @@
+"""The one registry of knowledge-base checks. Each check is a small function of the knowledge base;
+`load` checks make it unloadable (wrong ids, unknown references), `lint` checks keep a contributed
+rule honest (`rltriage rules lint`). Lint registers its own checks here as well."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Literal
+
+from ..base.errors import Problem
+from ..base.vocabulary import BASE_FACTS
+from .compile import produced_types
+from .knowledge import KnowledgeBase, LoadedRule, Origin
+
+Level = Literal["load", "lint"]
+Check = Callable[[KnowledgeBase], Iterable[Problem]]
+CHECKS: dict[Level, list[Check]] = {"load": [], "lint": []}
+
+
+def check(level: Level) -> Callable[[Check], Check]:
+    """Register a check of a level."""
+
+    def register(function: Check) -> Check:
+        CHECKS[level].append(function)
+        return function
+
+    return register
+
+
+def run_checks(kb: KnowledgeBase, level: Level) -> list[Problem]:
+    problems: list[Problem] = []
+    for function in CHECKS[level]:
+        problems.extend(function(kb))
+    return problems
+
+
+def check_id(found: str, expected: str, origin: Origin, problems: list[Problem]) -> None:
+    if found != expected:
+        line, col = origin.at("id")
+        problems.append(Problem(origin.display, line, col, "id-path", f"id '{found}' does not match its file path (expected '{expected}')"))
+
+
+def _template_exists(kb: KnowledgeBase, name: str) -> bool:
+    return any((folder / name).is_file() for folder in kb.template_dirs)
+
+
+def _rule_problems(kb: KnowledgeBase, loaded: LoadedRule, known_types: set[str], cause_ids: set[str]) -> Iterator[Problem]:
+    rule, origin = loaded.model, loaded.origin
+
+    def at(*loc: Any) -> tuple[int, int]:
+        return origin.at(*loc)
+
+    bound = {p.alias for s, _i, p in rule.when.patterns() if p.alias and s != "none"}
+    for section, index, pattern in rule.when.patterns():
+        if pattern.fact not in known_types:
+            line, col = at("when", section, index)
+            yield Problem(origin.display, line, col, "unknown-fact", f"no signature, pipeline stage or rule produces fact type '{pattern.fact}'")
+        for sig_id in pattern.signature_ids():
+            if sig_id not in kb.signatures:
+                line, col = at("when", section, index)
+                yield Problem(origin.display, line, col, "unknown-signature", f"rule refers to unknown signature '{sig_id}'")
+        for field_name, constraint in pattern.where.items():
+            for ref in _refs(constraint):
+                alias = ref.split(".", 1)[0]
+                visible = bound | ({pattern.alias} if pattern.alias else set())
+                if alias not in visible:
+                    line, col = at("when", section, index, "where", field_name)
+                    yield Problem(origin.display, line, col, "unknown-alias", f"'${ref}' names alias '{alias}', which no positive pattern binds")
+    actions = [("evidence", rule.then.evidence.cite if rule.then.evidence else None)]
+    actions += [(f"derive.{i}", d.cite) for i, d in enumerate(rule.then.derive)]
+    for where, cite in actions:
+        for alias in cite or []:
+            if alias not in bound:
+                parts = where.split(".")
+                loc: tuple[Any, ...] = ("then", parts[0], int(parts[1]), "cite") if len(parts) == 2 else ("then", "evidence", "cite")
+                line, col = at(*loc)
+                yield Problem(origin.display, line, col, "unknown-alias", f"cite names alias '{alias}', which no positive pattern binds")
+    if rule.then.evidence and rule.then.evidence.cause and rule.then.evidence.cause not in cause_ids:
+        line, col = at("then", "evidence", "cause")
+        yield Problem(origin.display, line, col, "unknown-cause", f"evidence goes to unknown cause '{rule.then.evidence.cause}'")
+    for index, action in enumerate(rule.then.suppress):
+        if action.cause and action.cause not in cause_ids:
+            line, col = at("then", "suppress", index, "cause")
+            yield Problem(origin.display, line, col, "unknown-cause", f"suppress names unknown cause '{action.cause}'")
+    if rule.fix_template and not _template_exists(kb, rule.fix_template):
+        line, col = at("fix_template")
+        yield Problem(origin.display, line, col, "unknown-template", f"template '{rule.fix_template}' does not exist in any templates folder")
+
+
+def _refs(constraint: Any) -> Iterator[str]:
+    values: list[Any]
+    if hasattr(constraint, "model_dump"):
+        values = list(constraint.model_dump(exclude_none=True).values())
+    elif isinstance(constraint, list):
+        values = constraint
+    else:
+        values = [constraint]
+    for value in values:
+        if isinstance(value, str) and value.startswith("$") and "." in value:
+            yield value[1:]
+
+
+@check("load")
+def check_references(kb: KnowledgeBase) -> list[Problem]:
+    """Fact types, signatures, aliases, causes and templates a rule names must exist."""
+    known_types = set(BASE_FACTS)
+    for loaded in kb.rules:
+        known_types |= produced_types(loaded.model)
+    cause_ids = {r.id for r in kb.rules if r.model.concludes}
+    problems: list[Problem] = []
+    for loaded in kb.rules:
+        problems.extend(_rule_problems(kb, loaded, known_types, cause_ids))
+    return problems
+

@@ -1,0 +1,190 @@
+"""The compiled program: rules turned into patterns with checks, ordered into strata.
+
+Compiling is part of loading a knowledge base (a cycle through negation or a test that does not
+compile is a load error); the engines in `rltriage.infer` run the compiled program.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..base.errors import Problem
+from ..base.values import version_key
+from .knowledge import KnowledgeBase, LoadedRule
+from .models import Constraint, Operators, Pattern, Rule
+
+# Rule tests and derived-field templates are Jinja expressions from rule packs, which are untrusted.
+SANDBOX = ImmutableSandboxedEnvironment()
+SANDBOX.globals.update(version_lt=lambda a, b: version_key(a) < version_key(b), version_key=version_key)
+
+
+@dataclass(frozen=True)
+class Check:
+    field: str
+    op: str
+    value: Any = None
+    ref: tuple[str, str] | None = None  # (alias, field) when the value names another fact
+
+
+@dataclass(frozen=True)
+class CompiledPattern:
+    type: str
+    alias: str
+    checks: tuple[Check, ...]
+    source: Pattern
+
+    @property
+    def literal_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.ref is None)
+
+    @property
+    def ref_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.ref is not None)
+
+    def describe(self) -> str:
+        parts = []
+        for c in self.checks:
+            value = f"${c.ref[0]}.{c.ref[1]}" if c.ref else repr(c.value)
+            parts.append(f"{c.field}={value}" if c.op == "eq" else f"{c.field} {c.op} {value}")
+        return f"{self.type}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class CompiledRule:
+    loaded: LoadedRule
+    index: int
+    stratum: int
+    slots: tuple[tuple[CompiledPattern, ...], ...]
+    negatives: tuple[CompiledPattern, ...]
+    tests: tuple[tuple[str, Any], ...]
+
+    @property
+    def id(self) -> str:
+        return self.loaded.id
+
+    @property
+    def model(self) -> Rule:
+        return self.loaded.model
+
+
+@dataclass(frozen=True)
+class Program:
+    rules: tuple[CompiledRule, ...]
+    strata: tuple[tuple[CompiledRule, ...], ...]
+    indexed: Mapping[str, frozenset[str]]
+    # What an engine builds once per program (the durable engine's rulesets), kept with it.
+    engine_state: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _compile_checks(field_name: str, constraint: Constraint) -> list[Check]:
+    def one(op: str, value: Any) -> Check:
+        if isinstance(value, str) and value.startswith("$") and "." in value:
+            alias, _, attr = value[1:].partition(".")
+            return Check(field_name, op, None, (alias, attr))
+        return Check(field_name, op, value)
+
+    if isinstance(constraint, Operators):
+        checks = []
+        for name in Operators.model_fields:
+            value = getattr(constraint, name)
+            if name in constraint.model_fields_set:
+                checks.append(one("in" if name == "one_of" else name, value))
+        return checks
+    if isinstance(constraint, list):
+        return [Check(field_name, "in", constraint)]
+    return [one("eq", constraint)]
+
+
+def _compile_pattern(pattern: Pattern, default_alias: str) -> CompiledPattern:
+    checks: list[Check] = []
+    for name, constraint in sorted(pattern.where.items()):
+        checks.extend(_compile_checks(name, constraint))
+    return CompiledPattern(pattern.fact, pattern.alias or default_alias, tuple(checks), pattern)
+
+
+def rule_patterns(rule: Rule) -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
+    slots: list[tuple[CompiledPattern, ...]] = []
+    for i, pattern in enumerate(rule.when.all):
+        slots.append((_compile_pattern(pattern, f"_{i}"),))
+    if rule.when.any:
+        slots.append(tuple(_compile_pattern(p, p.alias or "any") for p in rule.when.any))
+    negatives = [_compile_pattern(p, f"_not{i}") for i, p in enumerate(rule.when.none)]
+    return slots, negatives
+
+
+def produced_types(rule: Rule) -> set[str]:
+    return {d.fact for d in rule.then.derive}
+
+
+def compile_program(kb: KnowledgeBase, problems: list[Problem]) -> Program | None:
+    """Compile and stratify the rules; stratification failures are knowledge-base problems."""
+    compiled_parts = []
+    for index, loaded in enumerate(kb.rules):
+        slots, negatives = rule_patterns(loaded.model)
+        tests = []
+        for t_index, text in enumerate(loaded.model.when.test):
+            try:
+                tests.append((text, SANDBOX.compile_expression(text)))
+            except Exception as exc:  # noqa: BLE001 - any template syntax error is a rule problem
+                line, col = loaded.origin.at("when", "test", t_index)
+                problems.append(Problem(loaded.origin.display, line, col, "bad-test", f"test does not compile: {exc}"))
+        compiled_parts.append((loaded, index, slots, negatives, tests))
+
+    producers: dict[str, set[str]] = defaultdict(set)
+    for loaded in kb.rules:
+        for type_ in produced_types(loaded.model):
+            producers[type_].add(loaded.id)
+    stratum: dict[str, int] = {r.id: 0 for r in kb.rules}
+    by_id = {r.id: r for r in kb.rules}
+    limit = len(kb.rules) + 1
+    changed = True
+    rounds = 0
+    while changed:
+        changed = False
+        rounds += 1
+        for loaded, _index, slots, negatives, _tests in compiled_parts:
+            need = stratum[loaded.id]
+            for slot in slots:
+                for pattern in slot:
+                    for producer in producers.get(pattern.type, ()):
+                        need = max(need, stratum[producer])
+            for pattern in negatives:
+                for producer in producers.get(pattern.type, ()):
+                    need = max(need, stratum[producer] + 1)
+            if need != stratum[loaded.id]:
+                stratum[loaded.id] = need
+                changed = True
+        if rounds > limit:
+            cyclic = sorted(rid for rid, level in stratum.items() if level >= limit - 1)
+            for rid in cyclic[:5] or sorted(stratum)[:1]:
+                loaded = by_id[rid]
+                line, col = loaded.origin.at("when", "none")
+                problems.append(
+                    Problem(loaded.origin.display, line, col, "cyclic-negation", "rule takes part in a cycle through negation (it negates a fact that it helps derive)")
+                )
+            return None
+    rules = tuple(
+        CompiledRule(loaded, index, stratum[loaded.id], tuple(slots), tuple(negatives), tuple(tests))
+        for loaded, index, slots, negatives, tests in compiled_parts
+    )
+    ordered = sorted(rules, key=lambda r: (r.stratum, -r.model.priority, r.id))
+    strata: dict[int, list[CompiledRule]] = defaultdict(list)
+    for rule in ordered:
+        strata[rule.stratum].append(rule)
+    indexed: dict[str, set[str]] = defaultdict(set)
+    for rule in rules:
+        for slot in rule.slots:
+            for pattern in slot:
+                for check in pattern.literal_checks:
+                    if check.op in ("eq", "in"):
+                        indexed[pattern.type].add(check.field)
+    return Program(
+        rules=tuple(ordered),
+        strata=tuple(tuple(strata[k]) for k in sorted(strata)),
+        indexed={k: frozenset(v) for k, v in indexed.items()},
+    )

@@ -1,0 +1,241 @@
+"""Stage 1 — load: read and validate signatures, rules and templates into an immutable knowledge base."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import regex
+from pydantic import BaseModel, ValidationError
+
+from .._version import __version__
+from ..base.errors import KnowledgeBaseError, Problem
+from ..base.values import plain
+from ..base.vocabulary import BASE_FACTS
+from . import checks
+from .compile import compile_program
+from .knowledge import CompiledSignature, KnowledgeBase, LoadedRule, Origin
+from .literals import is_case_insensitive, required_literals
+from .models import Rule, Signature
+from .yamlio import load_yaml, validation_problems
+
+PACK_FOLDERS = ("signatures", "rules", "templates", "fixtures")
+
+
+
+
+
+
+
+
+
+
+
+
+def builtin_pack() -> Path:
+    """The knowledge base shipped with the package (or the source tree when run from a checkout)."""
+    shipped = Path(str(resources.files("rltriage"))) / "_kb"
+    if (shipped / "rules").is_dir():
+        return shipped
+    return Path(__file__).resolve().parents[2]
+
+
+def _display(path: Path) -> str:
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - different drive on Windows
+        return str(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def expected_id(folder: Path, path: Path) -> str:
+    return ".".join(path.relative_to(folder).with_suffix("").parts)
+
+
+def _yaml_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def _parse(path: Path, model: type[BaseModel], problems: list[Problem]) -> tuple[Any, Origin] | None:
+    display = _display(path)
+    tree, found = load_yaml(path, display)
+    if found:
+        problems.extend(found)
+        return None
+    origin = Origin(path, display, tree)
+    if not isinstance(tree, dict):
+        problems.append(Problem(display, 1, 1, "schema", "the file must hold one mapping"))
+        return None
+    try:
+        return model.model_validate(plain(tree)), origin
+    except ValidationError as exc:
+        problems.extend(validation_problems(exc, tree, display))
+        return None
+
+
+def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem]) -> CompiledSignature | None:
+    flags = regex.IGNORECASE if sig.ignore_case else 0
+    try:
+        compiled = regex.compile(sig.pattern, flags | regex.V0)
+    except regex.error as exc:
+        line, col = origin.at("pattern")
+        problems.append(Problem(origin.display, line, col, "bad-regex", f"pattern does not compile: {exc}"))
+        return None
+    groups = set(compiled.groupindex)
+    for name in sig.values:
+        if name not in groups:
+            line, col = origin.at("values", name)
+            problems.append(Problem(origin.display, line, col, "unknown-group", f"values names '{name}', which the pattern has no group for"))
+    reserved = set(BASE_FACTS["hit"]) | set(BASE_FACTS["frame_hit"])
+    for name in sorted(groups & reserved):
+        line, col = origin.at("pattern")
+        problems.append(Problem(origin.display, line, col, "reserved-group", f"group name '{name}' is reserved for hit fields"))
+    literals = tuple(sig.literals) if sig.literals else None
+    if literals is None:
+        derived = required_literals(sig.pattern)
+        literals = tuple(derived) if derived else None
+    ignore_case = sig.ignore_case or is_case_insensitive(sig.pattern)
+    return CompiledSignature(sig, compiled, literals, ignore_case, origin)
+
+
+# Loaded knowledge bases by their packs' paths, with the newest modification time seen under
+# them: a changed pack replaces its old entry; a few sets of packs are kept.
+MAX_LOADED = 8
+_loaded: OrderedDict[tuple[str, ...], tuple[tuple[float, ...], KnowledgeBase]] = OrderedDict()
+_loaded_lock = threading.Lock()
+
+
+def _newest(pack: Path) -> float:
+    newest = 0.0
+    for folder in PACK_FOLDERS[:3]:
+        base = pack / folder
+        if base.is_dir():
+            for p in base.rglob("*"):
+                try:
+                    newest = max(newest, p.stat().st_mtime)
+                except OSError:
+                    pass
+    return newest
+
+
+def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, include_builtin: bool = True) -> KnowledgeBase:
+    """Load the shipped knowledge base plus any extra packs; raises KnowledgeBaseError listing all problems."""
+    packs: list[Path] = [builtin_pack()] if include_builtin else []
+    for extra in rules_dirs:
+        path = Path(extra)
+        if not path.is_dir():
+            raise KnowledgeBaseError([Problem(_display(path), 1, 1, "missing-pack", "rules directory does not exist")])
+        packs.append(path)
+    key = tuple(str(pack.resolve()) for pack in packs)
+    stamp = tuple(_newest(pack) for pack in packs)
+    with _loaded_lock:
+        cached = _loaded.get(key)
+        if cached is not None and cached[0] == stamp:
+            _loaded.move_to_end(key)
+            return cached[1]
+    kb = _load(packs)
+    with _loaded_lock:
+        _loaded[key] = (stamp, kb)
+        _loaded.move_to_end(key)
+        while len(_loaded) > MAX_LOADED:
+            _loaded.popitem(last=False)
+    return kb
+
+
+def _cache_dir() -> Path | None:
+    if os.environ.get("RLTRIAGE_NO_CACHE"):
+        return None
+    base = os.environ.get("RLTRIAGE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rltriage")
+    return Path(base)
+
+
+def _files(packs: list[Path]) -> list[tuple[str, Path, Path]]:
+    return [(kind, pack / kind, path) for pack in packs for kind in ("signatures", "rules") for path in _yaml_files(pack / kind)]
+
+
+def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
+    """Every signature and rule file, validated. Validated files are cached as JSON keyed by the
+    exact bytes of every file (and the version), so the next process skips the YAML parsing."""
+    files = _files(packs)
+    digest = hashlib.sha256(__version__.encode())
+    for _kind, _folder, path in files:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = b""
+        digest.update(str(path).encode() + b"\0" + hashlib.sha256(data).digest())
+    cache_dir = _cache_dir()
+    cache = cache_dir / f"kb-{digest.hexdigest()[:32]}.json" if cache_dir else None
+    if cache is not None and cache.is_file():
+        try:
+            stored = json.loads(cache.read_text(encoding="utf-8"))
+            entries = []
+            for (kind, folder, path), item in zip(files, stored, strict=True):
+                model_type = Signature if kind == "signatures" else Rule
+                entries.append((kind, folder, path, model_type.model_validate(item), Origin(path, _display(path))))
+            return entries
+        except (OSError, ValueError, TypeError):
+            pass  # a stale or damaged cache is just rebuilt
+    entries = []
+    for kind, folder, path in files:
+        parsed = _parse(path, Signature if kind == "signatures" else Rule, problems)
+        if parsed is not None:
+            entries.append((kind, folder, path, parsed[0], parsed[1]))
+    if cache is not None and not problems and len(entries) == len(files):
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            payload = json.dumps([model.model_dump(mode="json", by_alias=True, exclude_unset=True) for *_rest, model, _origin in entries])
+            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(payload, encoding="utf-8")
+            os.replace(temporary, cache)
+        except OSError:
+            pass  # an unwritable cache only costs speed
+    return entries
+
+
+def _load(packs: list[Path]) -> KnowledgeBase:
+    problems: list[Problem] = []
+    signatures: dict[str, CompiledSignature] = {}
+    rules: dict[str, LoadedRule] = {}
+    entries = _parse_all(packs, problems)
+    for kind, folder, path, model, origin in entries:
+        if kind == "signatures":
+            sig = model
+            checks.check_id(sig.id, expected_id(folder, path), origin, problems)
+            if sig.id in signatures:
+                line, col = origin.at("id")
+                first = signatures[sig.id].origin.display
+                problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{sig.id}' is already defined in {first}"))
+                continue
+            compiled = _compile_signature(sig, origin, problems)
+            if compiled is not None:
+                signatures[sig.id] = compiled
+        else:
+            rule = model
+            checks.check_id(rule.id, expected_id(folder, path), origin, problems)
+            if rule.id in rules:
+                line, col = origin.at("id")
+                first = rules[rule.id].origin.display
+                problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{rule.id}' is already defined in {first}"))
+                continue
+            rules[rule.id] = LoadedRule(rule, origin)
+    template_dirs = tuple(p / "templates" for p in reversed(packs) if (p / "templates").is_dir())
+    fixture_dirs = tuple(p / "fixtures" for p in packs if (p / "fixtures").is_dir())
+    ordered_rules = tuple(sorted(rules.values(), key=lambda r: r.id))
+    kb = KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs))
+    problems.extend(checks.run_checks(kb, "load"))
+    program = None
+    if not problems:
+        program = compile_program(kb, problems)
+    if problems:
+        raise KnowledgeBaseError(problems)
+    return KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs), program)

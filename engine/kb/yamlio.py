@@ -1,0 +1,83 @@
+"""YAML reading with positions, so every validation error can name `path:line:col`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from ..base.errors import Problem
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    return yaml
+
+
+def load_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
+    """Parse one YAML file; returns the round-trip tree (with positions) or the problems."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [Problem(display, 1, 1, "unreadable", f"cannot read file: {exc}")]
+    try:
+        return _yaml().load(text), []
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        message = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        return None, [Problem(display, line, col, "yaml", message or "invalid YAML")]
+    except YAMLError as exc:
+        return None, [Problem(display, 1, 1, "yaml", str(exc).splitlines()[0])]
+
+
+def position(tree: Any, loc: tuple[Any, ...]) -> tuple[int, int]:
+    """The 1-based line/column of the deepest node of `loc` that exists in the tree."""
+    line, col = 1, 1
+    if isinstance(tree, (CommentedMap, CommentedSeq)):
+        line, col = tree.lc.line + 1, tree.lc.col + 1
+    node = tree
+    for index, part in enumerate(loc):
+        last = index == len(loc) - 1
+        if isinstance(node, CommentedMap) and part in node:
+            key_line, key_col = node.lc.key(part)
+            if last:
+                return key_line + 1, key_col + 1
+            value_pos = node.lc.value(part)
+            line, col = (value_pos[0] + 1, value_pos[1] + 1) if value_pos else (key_line + 1, key_col + 1)
+            node = node[part]
+        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
+            item_line, item_col = node.lc.item(part)
+            line, col = item_line + 1, item_col + 1
+            node = node[part]
+        else:
+            break
+    return line, col
+
+
+def validation_problems(exc: ValidationError, tree: Any, display: str) -> list[Problem]:
+    problems = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        line, col = position(tree, loc)
+        where = ".".join(str(p) for p in loc)
+        kind = error["type"]
+        code = {
+            "extra_forbidden": "unknown-key",
+            "missing": "missing-key",
+            "enum": "bad-enum",
+            "literal_error": "bad-enum",
+            "string_pattern_mismatch": "bad-format",
+        }.get(kind, "schema")
+        message = error["msg"]
+        if kind == "extra_forbidden":
+            message = f"unknown key '{loc[-1]}'"
+        elif kind == "missing":
+            message = f"missing key '{loc[-1]}'"
+        problems.append(Problem(display, line, col, code, f"{where}: {message}" if where else message))
+    return problems

@@ -1,0 +1,1 @@
+"""The stages of one diagnosis: read → scan → facts → infer → rank → assemble → render → redact."""

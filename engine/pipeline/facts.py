@@ -1,0 +1,231 @@
+"""Stage 3 — facts: typed facts from the scan, from config files, environment reports and stack dumps."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from ..base.contract import Evidence
+from ..base.values import coerce_config, plain
+from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
+from ..infer.fact import BaseFact
+from ..inputs.discover import Source, Warning
+from ..inputs.stacks import Frame, ThreadStack, odd_one_out, parse_dumps, read_blocks
+from ..kb.knowledge import KnowledgeBase
+from .scan import ByteStream, FileScan, Tally, extract
+
+_PIP = re.compile(r"^(?:\[(?:pip\d?|conda)\]\s+)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:\[[^\]]*\])?\s*(?:===?|\s+)\s*(?P<version>\d[\w.+\-!]*)\s*(?:\S+\s*)*$")
+_TORCH = re.compile(r"^PyTorch version:\s*(?P<version>\S+)")
+_PLATFORM = re.compile(r"^Python platform:\s*Linux-(?P<kernel>\d+\.\d+[\w.\-]*?)-(?:x86_64|aarch64|ppc64le)")
+_UNAME = re.compile(r"^Linux \S+ (?P<kernel>\d+\.\d+\.\d+[\w.\-]*) #")
+_KERNEL = re.compile(r"^(?:Kernel(?: version)?|uname -r)\s*[:=]\s*(?P<kernel>\d+\.\d+\.\d+[\w.\-]*)", re.IGNORECASE)
+
+
+def hit_facts(scan: FileScan) -> list[BaseFact]:
+    facts = []
+    for key in sorted(scan.tallies):
+        tally = scan.tallies[key]
+        sig_id = tally.signature
+        assert tally.first is not None
+        fields: dict[str, Any] = dict(tally.first.values)
+        if tally.last is not None and tally.last is not tally.first:
+            fields.update({f"last_{name}": value for name, value in tally.last.values.items()})
+        else:
+            fields.update({f"last_{name}": value for name, value in tally.first.values.items()})
+        fields.update(
+            signature=sig_id,
+            path=scan.path,
+            kind=scan.kind.value,
+            count=tally.count,
+            line=tally.first.line,
+            text=tally.first.text,
+            rank=tally.first.rank,
+            ranks=len(tally.ranks),
+            timestamp=tally.first.timestamp,
+        )
+        facts.append(BaseFact("hit", fields, tally_evidence(scan.path, tally)))
+    return facts
+
+
+def tally_evidence(path: str, tally: Tally) -> tuple[Evidence, ...]:
+    records = [tally.first, *tally.samples, tally.last]
+    seen: set[int] = set()
+    out = []
+    for record in records:
+        if record is None or record.line in seen:
+            continue
+        seen.add(record.line)
+        out.append(Evidence(path=path, line=record.line, text=record.text, signature=tally.signature))
+    return tuple(out)
+
+
+def echo_facts(scan: FileScan) -> list[BaseFact]:
+    facts = []
+    seen: set[tuple[str, str]] = set()
+    for echo in scan.config:
+        if (echo.key, echo.value) in seen:
+            continue
+        seen.add((echo.key, echo.value))
+        evidence = (Evidence(path=scan.path, line=echo.line, text=echo.text, signature=f"config:{echo.key}"),)
+        fields = {"key": echo.key, "name": echo.key.rsplit(".", 1)[-1], "value": coerce_config(echo.value), "path": scan.path, "line": echo.line, "source": "log"}
+        facts.append(BaseFact("config", fields, evidence))
+    return facts
+
+
+def _flatten(node: Any, prefix: str, out: list[tuple[str, Any, int]]) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            line = 0
+            if isinstance(node, CommentedMap):
+                try:
+                    line = node.lc.key(key)[0] + 1
+                except (KeyError, TypeError):
+                    line = 0
+            if isinstance(value, dict):
+                _flatten(value, name, out)
+            elif isinstance(value, (list, CommentedSeq)):
+                scalars = [v for v in value if not isinstance(v, (dict, list))]
+                if len(scalars) == len(value):
+                    out.append((name, tuple(plain(v, text_fallback=True) for v in value), line))
+            else:
+                out.append((name, plain(value, text_fallback=True), line))
+
+
+def config_file_facts(display: str, data: bytes, warnings: list[str]) -> list[BaseFact]:
+    text = data.decode("utf-8", "replace")
+    try:
+        if display.endswith(".toml"):
+            import tomllib
+
+            tree: Any = tomllib.loads(text)
+        else:
+            tree = YAML(typ="rt").load(io.StringIO(text))
+    except Exception as exc:  # noqa: BLE001 - a broken config is a warning; the logs still count
+        try:
+            tree = json.loads(text)
+        except ValueError:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            warnings.append(f"config could not be parsed: {first}")
+            return []
+    flat: list[tuple[str, Any, int]] = []
+    _flatten(tree, "", flat)
+    lines = text.splitlines()
+    facts = []
+    for key, value, line in flat:
+        source_line = lines[line - 1] if 0 < line <= len(lines) else f"{key}: {value}"
+        evidence = (Evidence(path=display, line=max(line, 1), text=source_line, signature=f"config:{key}"),)
+        fields = {"key": key, "name": key.rsplit(".", 1)[-1], "value": value, "path": display, "line": max(line, 1), "source": "file"}
+        facts.append(BaseFact("config", fields, evidence))
+    return facts
+
+
+def env_report_facts(display: str, lines: Iterable[tuple[int, str]]) -> list[BaseFact]:
+    facts: list[BaseFact] = []
+    seen: set[tuple[str, str]] = set()
+
+    def add(type_: str, fields: dict[str, Any], line_no: int, text: str, name: str) -> None:
+        key = (type_, name)
+        if key in seen:
+            return
+        seen.add(key)
+        fields.update(path=display, line=line_no)
+        facts.append(BaseFact(type_, fields, (Evidence(path=display, line=line_no, text=text, signature=f"env:{type_}"),)))
+
+    for line_no, raw in lines:
+        text = raw.rstrip("\r\n")
+        stripped = text.strip()
+        for pattern in (_PLATFORM, _UNAME, _KERNEL):
+            match = pattern.match(stripped)
+            if match:
+                add("kernel", {"version": match.group("kernel")}, line_no, text, "kernel")
+        match = _TORCH.match(stripped)
+        if match:
+            add("package", {"name": "torch", "version": match.group("version")}, line_no, text, "torch")
+            continue
+        match = _PIP.match(stripped)
+        if match and ("==" in stripped or stripped.startswith("[")):
+            name = match.group("name").lower().replace("_", "-")
+            add("package", {"name": name, "version": match.group("version")}, line_no, text, name)
+    return facts
+
+
+def numbered_lines(stream: ByteStream, limit: int) -> Iterable[tuple[int, str]]:
+    data = stream.read(limit)
+    yield from enumerate(data.decode("utf-8", "replace").splitlines(), start=1)
+
+
+def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
+    logs = [s for s in scans if s.kind in LOG_KINDS]
+    facts = [BaseFact("run", {"mode": mode, "inputs": inputs, "logs": len(logs), "log_lines": sum(s.lines for s in logs)})]
+    for scan in scans:
+        facts.append(BaseFact("input", {"path": scan.path, "kind": scan.kind.value, "lines": scan.lines}))
+    facts.extend(stage_definitions())
+    return facts
+
+
+def stage_definitions() -> list[BaseFact]:
+    return [
+        BaseFact("stage_def", {"name": stage.value, "order": STAGE_ORDER[stage], "next": nxt.value if nxt else None})
+        for stage, nxt in NEXT_STAGE.items()
+    ]
+
+
+def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileScan], warnings: list[Warning]) -> list[BaseFact]:
+    """Facts from the stack dumps and tracebacks the scanner saw: frame-signature hits, each main
+    thread's stack, and the process that is not doing what all the others do."""
+    frame_signatures = [s for s in kb.signatures.values() if s.model.scope == "frame"]
+    stacks: list[ThreadStack] = []
+    texts: dict[tuple[str, int], str] = {}
+    kinds: dict[str, str] = {}
+    for scan in scans:
+        source = sources.get(scan.path)
+        if not scan.stack_headers or source is None:
+            continue
+        try:
+            with source.open() as stream:
+                numbered = read_blocks(stream, scan.stack_headers)
+        except OSError as exc:
+            warnings.append(Warning(scan.path, f"stack dump could not be re-read: {exc}"))
+            continue
+        texts.update(((scan.path, number), text) for number, text in numbered)
+        kinds[scan.path] = scan.kind.value
+        stacks.extend(parse_dumps(scan.path, numbered, scan.stack_headers))
+    facts: list[BaseFact] = []
+    for stack in stacks:
+        stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
+
+        def evidence(frame: Frame, label: str, path: str = stack.path) -> Evidence:
+            return Evidence(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
+
+        common = {"path": stack.path, "process": stack.process, "thread": stack.thread, "main": stack.main, "stack": stack_id, "dump": stack.kind, "state": stack.state}
+        top = stack.frames[0]
+        if stack.main:
+            fields = {**common, "kind": kinds.get(stack.path), "top": top.text, "depth": len(stack.frames), "line": top.log_line}
+            facts.append(BaseFact("stack", fields, (evidence(top, f"stack:{stack.kind}"),)))
+        for sig in frame_signatures:
+            for depth, frame in enumerate(stack.frames):
+                match = sig.regex.search(frame.text)
+                if match is None:
+                    continue
+                fields = dict(extract(sig, match))
+                fields.update(common)
+                fields.update(signature=sig.id, kind=kinds.get(stack.path), count=1, line=frame.log_line, text=frame.text, rank=None, ranks=0, timestamp=None, depth=depth)
+                facts.append(BaseFact("hit", fields, (evidence(frame, sig.id),)))
+                break  # the innermost frame a signature matches says where the thread is
+    outlier = odd_one_out(stacks)
+    if outlier is not None:
+        odd = outlier.stack
+        fields = {
+            "path": odd.path, "process": odd.process, "thread": odd.thread, "top": odd.frames[0].text, "line": odd.frames[0].log_line,
+            "majority_top": outlier.majority[0] if outlier.majority else "", "majority_count": outlier.majority_count, "total": outlier.total,
+        }
+        ev = Evidence(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
+        facts.append(BaseFact("stack_outlier", fields, (ev,)))
+    return facts

@@ -1,0 +1,111 @@
+"""Read every input once: sniff it, skip what is binary or unreadable, parse configs and
+environment reports, and stream logs through the scanner — in forked workers with `jobs > 1`."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import BinaryIO
+
+from ..base.vocabulary import InputKind
+from ..infer.fact import BaseFact
+from ..inputs.discover import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, looks_binary
+from ..kb.knowledge import KnowledgeBase
+from .facts import config_file_facts, env_report_facts, numbered_lines
+from .scan import FileScan, Scanner, scanner_for
+
+_worker_lock = threading.Lock()
+
+
+class _Rejoined(io.RawIOBase):
+    """A stream that gives back the bytes already read for classification, then the rest."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1, /) -> bytes:  # type: ignore[override]
+        size = -1 if size is None else size
+        if self._head:
+            out, self._head = (self._head, b"") if size < 0 or size >= len(self._head) else (self._head[:size], self._head[size:])
+            return out
+        return self._rest.read(size)
+
+
+def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:
+    try:
+        stream = source.open()
+    except OSError as exc:
+        warnings.append(Warning(source.display, f"skipped: {exc.strerror or exc}"))
+        return None, []
+    with stream:
+        try:
+            head = stream.read(SNIFF_BYTES)
+        except OSError as exc:
+            warnings.append(Warning(source.display, f"skipped: {exc.strerror or exc}"))
+            return None, []
+        if not head:
+            warnings.append(Warning(source.display, "empty file"))
+            return FileScan(source.display, classify(source, head)), []
+        if looks_binary(head):
+            warnings.append(Warning(source.display, "skipped: binary content"))
+            return None, []
+        kind = classify(source, head)
+        rejoined = _Rejoined(head, stream)
+        facts: list[BaseFact] = []
+        notes: list[str] = []
+        try:
+            if kind is InputKind.config:
+                data = head + stream.read(MAX_PARSED_FILE)
+                facts = config_file_facts(source.display, data, notes)
+                scan = FileScan(source.display, kind, lines=data.count(b"\n"))
+            elif kind is InputKind.env_report:
+                lines = list(numbered_lines(rejoined, MAX_PARSED_FILE))
+                facts = env_report_facts(source.display, lines)
+                scan = FileScan(source.display, kind, lines=len(lines))
+            else:
+                scan = scanner.scan(source.display, kind, rejoined)
+        except (OSError, EOFError, ValueError) as exc:
+            warnings.append(Warning(source.display, f"read stopped early: {exc}"))
+            return None, facts
+        for note in [*notes, *scan.warnings]:
+            warnings.append(Warning(source.display, note))
+        return scan, facts
+
+
+# What forked workers inherit instead of receiving it pickled (sources hold open functions).
+_worker_state: tuple[KnowledgeBase, list[Source]] | None = None
+
+
+def _read_in_worker(index: int) -> tuple[FileScan | None, list[BaseFact], list[Warning]]:
+    assert _worker_state is not None
+    kb, sources = _worker_state
+    notes: list[Warning] = []
+    scan, facts = read_source(sources[index], scanner_for(kb), notes)
+    return scan, facts, notes
+
+
+def read_sources(
+    sources: list[Source], kb: KnowledgeBase, scanner: Scanner, jobs: int
+) -> Iterator[tuple[FileScan | None, list[BaseFact], list[Warning]]]:
+    """Read every source, in order; with jobs > 1, in forked worker processes (the GIL would
+    serialise threads), each inheriting the compiled knowledge base."""
+    if jobs <= 1 or len(sources) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        for source in sources:
+            notes: list[Warning] = []
+            scan, facts = read_source(source, scanner, notes)
+            yield scan, facts, notes
+        return
+    global _worker_state
+    with _worker_lock:
+        _worker_state = (kb, sources)
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            yield from pool.map(_read_in_worker, range(len(sources)), chunksize=max(1, len(sources) // (jobs * 8)))
+        _worker_state = None

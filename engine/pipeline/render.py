@@ -1,0 +1,145 @@
+"""Stage 6 — render: fix and patch-plan templates per cause, the six-section report, and the
+output formats of a diagnosis."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jinja2 import ChoiceLoader, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..base.contract import Diagnosis
+from ..base.values import human_size
+from ..base.vocabulary import BUCKET_TITLES
+from ..infer.fact import Fact
+from ..kb.knowledge import KnowledgeBase, LoadedRule
+
+
+def _environment(kb: KnowledgeBase) -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        loader=ChoiceLoader([FileSystemLoader(str(p)) for p in kb.template_dirs]),
+        undefined=StrictUndefined,
+        autoescape=select_autoescape(enabled_extensions=(), default_for_string=False, default=False),
+        keep_trailing_newline=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["size"] = human_size
+    env.filters["fmt"] = fmt_number
+    return env
+
+
+def environment(kb: KnowledgeBase) -> ImmutableSandboxedEnvironment:
+    """A sandboxed Jinja environment (templates come from rule packs, which are untrusted), built
+    once per knowledge base and kept with it."""
+    return kb.cache.get("templates", lambda: _environment(kb))
+
+
+def fmt_number(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+class ConfigView:
+    """What templates see of the run's config: lookups by full key or by its last part(s)."""
+
+    def __init__(self, facts: list[Fact]) -> None:
+        # Values from config files win over values echoed in logs; the first of each wins.
+        ordered = sorted(facts, key=lambda f: (f.get("source") != "file", f.id))
+        self._facts = ordered
+
+    def _find(self, name: str) -> Fact | None:
+        for fact in self._facts:
+            key = str(fact.get("key"))
+            if key == name or key.endswith("." + name):
+                return fact
+        return None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        fact = self._find(name)
+        return fact.get("value") if fact is not None else default
+
+    def key(self, name: str, default: str | None = None) -> str:
+        fact = self._find(name)
+        return str(fact.get("key")) if fact is not None else (default or name)
+
+    def at(self, name: str) -> str:
+        fact = self._find(name)
+        return f"{fact.get('path')}:{fact.get('line')}" if fact is not None else ""
+
+    def has(self, name: str) -> bool:
+        return self._find(name) is not None
+
+    def where(self, name: str) -> str:
+        fact = self._find(name)
+        return str(fact.get("path")) if fact is not None else ""
+
+
+def template_context(bindings: Mapping[str, Mapping[str, Any]], facts: list[Fact]) -> dict[str, Any]:
+    config = ConfigView([f for f in facts if f.type == "config"])
+    packages = {str(f.get("name")): f.get("version") for f in facts if f.type == "package"}
+    kernels = [f.get("version") for f in facts if f.type == "kernel"]
+    context: dict[str, Any] = {alias: dict(fields) for alias, fields in bindings.items()}
+    context.update(
+        cfg=config.get,
+        cfg_key=config.key,
+        cfg_at=config.at,
+        has_cfg=config.has,
+        package=packages.get,
+        kernel=kernels[0] if kernels else None,
+    )
+    return context
+
+
+def render_fix(kb: KnowledgeBase, loaded: LoadedRule, context: Mapping[str, Any]) -> str:
+    env = environment(kb)
+    model = loaded.model
+    if model.fix_template:
+        template = env.get_template(model.fix_template)
+    else:
+        template = env.from_string(model.fix or "")
+    return _tidy(template.render(**context))
+
+
+def render_string(kb: KnowledgeBase, text: str, context: Mapping[str, Any]) -> str:
+    return _tidy(environment(kb).from_string(text).render(**context))
+
+
+def _tidy(text: str) -> str:
+    text = re.sub(r"[ \t]+\n", "\n", text)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def render_report(kb: KnowledgeBase, diagnosis: Diagnosis, fmt: str, colour: bool = False) -> str:
+    env = environment(kb)
+    template = env.get_template(f"report/report.{'md' if fmt == 'markdown' else 'txt'}.j2")
+    styles = _STYLES if colour else {k: "" for k in _STYLES}
+    text = template.render(d=diagnosis, s=styles, bucket_titles=_bucket_titles())
+    return _tidy(text) + "\n"
+
+
+def _bucket_titles() -> dict[str, str]:
+    return {b.value: t for b, t in BUCKET_TITLES.items()}
+
+
+_STYLES = {"h": "\x1b[1m", "dim": "\x1b[2m", "red": "\x1b[31m", "yellow": "\x1b[33m", "green": "\x1b[32m", "off": "\x1b[0m"}
+
+
+def _json(kb: KnowledgeBase, diagnosis: Diagnosis, colour: bool) -> str:
+    return diagnosis.model_dump_json(indent=2) + "\n"
+
+
+# The output formats of a diagnosis: name → how to write it. A new format is one entry here.
+FORMATS: dict[str, Callable[[KnowledgeBase, Diagnosis, bool], str]] = {
+    "text": lambda kb, diagnosis, colour: render_report(kb, diagnosis, "text", colour=colour),
+    "markdown": lambda kb, diagnosis, colour: render_report(kb, diagnosis, "markdown", colour=colour),
+    "json": _json,
+}
+
+
+def format_diagnosis(diagnosis: Diagnosis, fmt: str, kb: KnowledgeBase, colour: bool = False) -> str:
+    """A diagnosis in one of FORMATS, as the CLI writes it."""
+    return FORMATS[fmt](kb, diagnosis, colour)

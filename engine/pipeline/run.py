@@ -1,0 +1,102 @@
+"""The stages wired together: inputs → read/scan → facts → infer → rank → assemble → redact."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from ..base.contract import Diagnosis
+from ..base.errors import InputError
+from ..infer.fact import BaseFact
+from ..infer.registry import get_engine
+from ..infer.results import Inference
+from ..inputs.discover import Warning, discover, sort_key
+from ..kb.knowledge import KnowledgeBase
+from ..kb.load import load_knowledge_base
+from .assemble import build_diagnosis
+from .facts import echo_facts, hit_facts, run_facts, stack_facts
+from .progress import tracked
+from .rank import Ranking, rank
+from .read import read_sources
+from .redact import redact_model
+from .scan import FileScan, scanner_for
+
+
+@dataclass
+class Analysis:
+    """Everything a diagnosis rests on, for `explain` and tests; `diagnosis` is the public result."""
+
+    kb: KnowledgeBase
+    scans: list[FileScan]
+    facts: list[BaseFact]
+    inference: Inference
+    ranking: Ranking
+    diagnosis: Diagnosis
+    warnings: list[Warning] = field(default_factory=list)
+
+
+def analyse(
+    paths: Sequence[str],
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    mode: str = "diagnose",
+    stdin: BinaryIO | None = None,
+    kb: KnowledgeBase | None = None,
+    redact: bool = True,
+    jobs: int = 1,
+) -> Analysis:
+    if not paths:
+        raise InputError("no input given")
+    kb = kb or load_knowledge_base(rules_dirs)
+    warnings: list[Warning] = []
+    sources = sorted(discover(paths, warnings, stdin=stdin), key=sort_key)
+    scanner = scanner_for(kb)
+    scans: list[FileScan] = []
+    facts: list[BaseFact] = []
+    parsed: list[BaseFact] = []
+    for scan, extra, notes in tracked(sources, read_sources(sources, kb, scanner, jobs)):
+        warnings.extend(notes)
+        parsed.extend(extra)
+        if scan is not None:
+            scans.append(scan)
+    facts.extend(run_facts(mode, scans, len(sources)))
+    facts.extend(stack_facts(kb, {s.display: s for s in sources}, scans, warnings))
+    for scan in scans:
+        facts.extend(hit_facts(scan))
+        facts.extend(echo_facts(scan))
+    facts.extend(parsed)
+    inference = get_engine(engine).run(kb.program, facts)
+    ranking = rank(kb, inference)
+    diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
+    if redact:
+        diagnosis = redact_model(diagnosis)
+    return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings)
+
+
+def diagnose(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    stdin: BinaryIO | None = None,
+    redact: bool = True,
+) -> Diagnosis:
+    """Diagnose a run from its logs. Never prints and never exits; secrets are redacted unless asked.
+
+    Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
+    """
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact).diagnosis
+
+
+def preflight(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    redact: bool = True,
+) -> Diagnosis:
+    """Check a config (and optional environment report) against the knowledge base's contracts."""
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact).diagnosis

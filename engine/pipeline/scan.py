@@ -1,0 +1,463 @@
+"""Stage 2 — scan: stream every input in chunks and match the signatures.
+
+The fast path: all literals of all signatures form one prefilter that runs over whole chunks of
+bytes; only lines that contain a literal are decoded, normalised and matched with the signature's
+exact `regex` pattern. Per signature and file the scanner keeps a count, the first and last hit and
+a few samples, so memory does not grow with the size of the log.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..base.values import convert
+from ..base.vocabulary import InputKind, ValueType
+from ..inputs.normalize import segments, timestamp
+from ..kb.knowledge import CompiledSignature, KnowledgeBase
+
+CHUNK = 1 << 20
+MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
+MAX_TEXT = 2000  # evidence text is cut to this many characters
+SAMPLES = 3
+MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
+REGEX_TIMEOUT = 0.25  # seconds one signature may spend on one line
+
+
+# Keys the report and the smoke-test reduction quote even when no rule matches on them.
+WELL_KNOWN_CONFIG_KEYS = (
+    "num_generations",
+    "max_completion_length",
+    "max_prompt_length",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "generation_batch_size",
+    "steps_per_generation",
+    "num_processes",
+    "max_steps",
+    "num_train_epochs",
+    "use_vllm",
+    "vllm_mode",
+    "vllm_gpu_memory_utilization",
+    "gpu_memory_utilization",
+    "max_model_len",
+    "max_tokens",
+    "reward_funcs",
+    "eval_strategy",
+    "model_name_or_path",
+    "model",
+    "tensor_parallel_size",
+    "micro_batch_per_replica",
+    "batch_per_replica",
+    "group_size",
+    "n",
+)
+
+
+class ByteStream(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+@dataclass
+class HitRecord:
+    """One matched line. Values and the timestamp are worked out only for the records a tally
+    keeps (first, samples, last), when the file is done: most hits are counted and dropped."""
+
+    line: int
+    text: str
+    rank: int | None
+    match: Any = field(default=None, repr=False, compare=False)
+    sig: Any = field(default=None, repr=False, compare=False)
+    values: dict[str, Any] = field(default_factory=dict)
+    timestamp: float | None = None
+
+    def resolve(self) -> None:
+        if self.sig is not None:
+            if self.match is not None:
+                self.values = extract(self.sig, self.match)
+            self.timestamp = timestamp(self.text)
+            self.match = self.sig = None  # nothing unpicklable or large stays behind
+
+
+@dataclass
+class Tally:
+    signature: str
+    count: int = 0
+    first: HitRecord | None = None
+    last: HitRecord | None = None
+    samples: list[HitRecord] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+
+    def add(self, record: HitRecord, repeat: int) -> None:
+        self.count += repeat
+        if self.first is None:
+            self.first = record
+        elif len(self.samples) < SAMPLES:
+            self.samples.append(record)
+        self.last = record
+        if record.rank is not None and len(self.ranks) < 4096:
+            self.ranks.add(record.rank)
+
+
+@dataclass
+class ConfigEcho:
+    key: str
+    value: str
+    line: int
+    text: str
+
+
+@dataclass
+class Unexplained:
+    template: str
+    count: int
+    line: int
+    text: str
+
+
+@dataclass
+class FileScan:
+    path: str
+    kind: InputKind
+    lines: int = 0
+    last_timestamp: float | None = None
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    config: list[ConfigEcho] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    unexplained: dict[str, Unexplained] = field(default_factory=dict)
+    stack_headers: list[int] = field(default_factory=list)
+
+
+# Lines that look like failures. Matched only on lines the prefilter already picked up through the
+# failure words below, so the cost is per candidate line.
+FAILURE_WORDS = (b"ERROR", b"FATAL", b"Exception", b"Error", b"failed", b"Failed")
+FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
+STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
+STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
+MAX_UNEXPLAINED = 300
+MAX_STACK_HEADERS = 400
+_MASKS = (
+    (re.compile(r"^\[?(?:\d{4}-\d{2}-\d{2}[ T][\d:.,]+|[IWEF]\d{4} [\d:.]+|(?:DEBUG|INFO|WARNING|ERROR) \d{2}-\d{2} [\d:]+)\]?\s*(?:-\s+)?"), ""),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b|\b[0-9a-f]{16,}\b"), "<id>"),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+)+/?"), "<path>"),
+    (re.compile(r"\brank\s*\d+|\[rank\d+\]", re.IGNORECASE), "rank <n>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+)
+
+
+def failure_template(text: str) -> str:
+    """The line with what varies between occurrences (times, numbers, ids, paths, ranks) masked."""
+    template = text.strip()
+    for pattern, replacement in _MASKS:
+        template = pattern.sub(replacement, template)
+    return template[:200]
+
+
+_CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
+
+
+class Scanner:
+    """Compiled once per knowledge base (and set of config keys); safe to share between threads."""
+
+    def __init__(self, kb: KnowledgeBase, config_keys: Iterable[str] = ()) -> None:
+        self.signatures: list[CompiledSignature] = [s for s in kb.signatures.values() if s.model.scope == "line"]
+        self.unfiltered = [s for s in self.signatures if not s.literals]
+        literals: dict[tuple[str, bool], list[CompiledSignature]] = {}
+        for sig in self.signatures:
+            for literal in sig.literals or ():
+                literals.setdefault((literal.lower() if sig.ignore_case else literal, sig.ignore_case), []).append(sig)
+        # Only distinctive key names are looked for in logs: `n` or `model` would make every line a
+        # candidate. A short last part keeps its parent (`optimizer.name`); config files are parsed whole.
+        keys: set[str] = set()
+        for key in config_keys:
+            parts = [p for p in key.split(".") if p]
+            if not parts:
+                continue
+            if "_" in parts[-1] and len(parts[-1]) >= 6:
+                keys.add(parts[-1])
+            elif len(parts) >= 2 and len(".".join(parts[-2:])) >= 8:
+                keys.add(".".join(parts[-2:]))
+        self.config_keys = sorted(keys)
+        self.config_re = (
+            re.compile(r"(?<![\w.])-{0,2}(?P<key>(?:[A-Za-z_][\w]*\.)*(?:" + "|".join(map(re.escape, self.config_keys)) + r"))(?![\w.])" + _CONFIG_VALUE)
+            if self.config_keys
+            else None
+        )
+        pieces: list[tuple[bytes, bool, str | None]] = [
+            (literal.encode("utf-8"), ignore_case, literal) for literal, ignore_case in sorted(literals, key=lambda key: (-len(key[0]), key))
+        ]
+        pieces += [(key.encode(), False, None) for key in self.config_keys]
+        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *STACK_HEADERS)]
+        self.prefilter = make_prefilter(pieces) if pieces else None
+        # Which signatures a candidate line can match: every literal found in it. Hyperscan reports
+        # every occurrence of every literal; the regex alternation reports one literal per position
+        # (the longest) and resumes after it, so for it a found literal also stands for the literals
+        # it contains, and those that start inside it and run past its end are checked directly.
+        every_occurrence = isinstance(self.prefilter, HyperscanPrefilter)
+        by_text: dict[str, dict[str, CompiledSignature]] = {}
+        for literal, _ignore_case in literals:
+            for (other, other_ci), other_sigs in literals.items():
+                if every_occurrence and (other, other_ci) != (literal, _ignore_case):
+                    continue
+                inside = other in literal.lower() if other_ci else other in literal
+                if inside:
+                    for sig in other_sigs:
+                        by_text.setdefault(literal, {})[sig.id] = sig
+        self.by_text = {text: sorted(found.values(), key=lambda s: s.id) for text, found in by_text.items()}
+        self.overlapping: dict[str, list[tuple[str, bool]]] = {}
+        for literal, _ci in [] if every_occurrence else literals:
+            text = literal.lower()
+            for other, other_ci in literals:
+                other_text = other.lower()
+                if other_text in text:
+                    continue
+                if any(other_text.startswith(text[i:]) for i in range(1, len(text))):
+                    self.overlapping.setdefault(literal, []).append((other, other_ci))
+
+    def scan(self, display: str, kind: InputKind, stream: ByteStream) -> FileScan:
+        result = FileScan(display, kind)
+        line_no = 0  # number of newlines consumed before the current buffer
+        carry = b""
+        tail = b""
+        long_line_warned = False
+        while True:
+            block = stream.read(CHUNK)
+            if not block:
+                break
+            buffer = carry + block
+            cut = buffer.rfind(b"\n") + 1
+            if cut == 0 and len(buffer) > MAX_LINE:
+                cut = len(buffer)  # a line longer than MAX_LINE: match what we have, keep going
+                if not long_line_warned:
+                    result.warnings.append(f"line {line_no + 1} is longer than {MAX_LINE // (1 << 20)} MiB; matched in pieces")
+                    long_line_warned = True
+            chunk, carry = buffer[:cut], buffer[cut:]
+            if chunk:
+                line_no += self._scan_chunk(chunk, line_no, kind, result)
+                tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
+        if carry:
+            self._scan_chunk(carry, line_no, kind, result)
+            line_no += 1
+            tail = (tail + carry)[-65536:]
+        result.lines = line_no
+        result.last_timestamp = _last_timestamp(tail)
+        for tally in result.tallies.values():
+            for record in (tally.first, *tally.samples, tally.last):
+                if record is not None:
+                    record.resolve()
+        return result
+
+    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan) -> int:
+        """Match the chunk's candidate lines; returns the chunk's number of newlines (each byte is
+        counted once)."""
+        if self.prefilter is None and not self.unfiltered:
+            return chunk.count(b"\n")
+        counted_to, line_no = 0, base_line
+        if self.unfiltered or self.prefilter is None:
+            lines: Iterable[tuple[int, int, list[str]]] = _every_line(self.prefilter, chunk)
+        else:
+            lines = self.prefilter.lines(chunk)
+        for start, end, found in lines:
+            line_no += chunk.count(b"\n", counted_to, start)
+            counted_to = start
+            raw = chunk[start:end]
+            line = raw.decode("utf-8", "replace")
+            self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
+        return line_no - base_line + chunk.count(b"\n", counted_to)
+
+    def _signatures_for(self, found: list[str], line: str) -> list[CompiledSignature]:
+        """The signatures whose literals the prefilter found on a line (plus those with no literal)."""
+        chosen: dict[str, CompiledSignature] = {sig.id: sig for sig in self.unfiltered}
+        for text in found:
+            key = text if text in self.by_text else text.lower()
+            for sig in self.by_text.get(key, ()):
+                chosen[sig.id] = sig
+            for other, ignore_case in self.overlapping.get(key, ()):
+                if other in (line.lower() if ignore_case else line):
+                    for sig in self.by_text.get(other, ()):
+                        chosen[sig.id] = sig
+        return sorted(chosen.values(), key=lambda s: s.id)
+
+    def _match_line(self, line: str, line_no: int, kind: InputKind, result: FileScan, candidates: list[CompiledSignature]) -> None:
+        for segment in segments(line):
+            explained = False
+            for sig in candidates:
+                if sig.model.kinds and kind not in sig.model.kinds:
+                    continue
+                try:
+                    match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
+                except TimeoutError:
+                    result.warnings.append(f"line {line_no}: signature {sig.id} gave up after {REGEX_TIMEOUT}s")
+                    continue
+                if match is None:
+                    continue
+                explained = True
+                record = HitRecord(line_no, segment.raw[:MAX_TEXT], segment.rank, match, sig)
+                key = sig.id
+                if sig.model.distinct:
+                    values = extract(sig, match)
+                    key = sig.id + "\x00" + "\x00".join(str(values.get(name)) for name in sig.model.distinct)
+                    if key not in result.tallies and sum(1 for t in result.tallies.values() if t.signature == sig.id) >= MAX_DISTINCT:
+                        key = sig.id + "\x00…"
+                result.tallies.setdefault(key, Tally(sig.id)).add(record, segment.repeat)
+            if STACK_HEADER_LINE.search(segment.text):
+                if len(result.stack_headers) < MAX_STACK_HEADERS:
+                    result.stack_headers.append(line_no)
+            elif not explained and FAILURE_LINE.search(segment.text):
+                template = failure_template(segment.text)
+                known = result.unexplained.get(template)
+                if known is not None:
+                    known.count += segment.repeat
+                elif len(result.unexplained) < MAX_UNEXPLAINED:
+                    result.unexplained[template] = Unexplained(template, segment.repeat, line_no, segment.raw[:MAX_TEXT])
+            if self.config_re is not None:
+                for match in self.config_re.finditer(segment.text):
+                    if len(result.config) < 10_000:
+                        result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, segment.raw[:MAX_TEXT]))
+
+
+class RegexPrefilter:
+    """One alternation of every literal, longest first, searched over whole chunks: RE2 when
+    installed (a linear-time DFA), Python's `re` otherwise."""
+
+    def __init__(self, pieces: list[tuple[bytes, bool, str | None]]) -> None:
+        alternation = b"|".join(b"(?i:" + re.escape(raw) + b")" if ci else re.escape(raw) for raw, ci, _key in pieces)
+        try:
+            import re2  # type: ignore[import-not-found]
+
+            self.pattern: Any = re2.compile(alternation)
+        except Exception:  # noqa: BLE001 - missing or unusable binding: the slow path is still correct
+            self.pattern = re.compile(alternation)
+
+    def lines(self, chunk: bytes) -> Iterator[tuple[int, int, list[str]]]:
+        size = len(chunk)
+        match = self.pattern.search(chunk, 0)
+        while match is not None:
+            line_start = chunk.rfind(b"\n", 0, match.start()) + 1
+            line_end = chunk.find(b"\n", match.end())
+            if line_end < 0:
+                line_end = size
+            found: list[str] = []
+            while match is not None and match.start() < line_end:
+                found.append(match.group(0).decode("utf-8", "replace"))
+                match = self.pattern.search(chunk, max(match.end(), match.start() + 1))
+            yield line_start, line_end, found
+
+
+class HyperscanPrefilter:
+    """The same literals in a Hyperscan database: several GB/s, one callback per occurrence."""
+
+    def __init__(self, pieces: list[tuple[bytes, bool, str | None]]) -> None:
+        import hyperscan  # type: ignore[import-not-found]
+
+        self.keys = [key if key is not None else "" for _raw, _ci, key in pieces]
+        self.database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        self.database.compile(
+            expressions=[re.escape(raw) for raw, _ci, _key in pieces],
+            ids=list(range(len(pieces))),
+            elements=len(pieces),
+            flags=[hyperscan.HS_FLAG_CASELESS if ci else 0 for _raw, ci, _key in pieces],
+        )
+        self._local = threading.local()
+
+    def lines(self, chunk: bytes) -> Iterator[tuple[int, int, list[str]]]:
+        hits: list[tuple[int, int]] = []
+
+        def collect(index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
+            hits.append((end, index))
+
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            import hyperscan
+
+            scratch = self._local.scratch = hyperscan.Scratch(self.database)
+        self.database.scan(chunk, match_event_handler=collect, scratch=scratch)
+        hits.sort()
+        size = len(chunk)
+        line_end = -1
+        line_start = 0
+        found: list[str] = []
+        for end, index in hits:
+            if end > line_end:
+                if found or line_end >= 0:
+                    yield line_start, line_end, found
+                line_start = chunk.rfind(b"\n", 0, end - 1) + 1
+                line_end = chunk.find(b"\n", end - 1)
+                if line_end < 0:
+                    line_end = size
+                found = []
+            if self.keys[index]:
+                found.append(self.keys[index])
+        if line_end >= 0:
+            yield line_start, line_end, found
+
+
+def make_prefilter(pieces: list[tuple[bytes, bool, str | None]]) -> RegexPrefilter | HyperscanPrefilter:
+    if os.environ.get("RLTRIAGE_PREFILTER") != "regex":
+        try:
+            return HyperscanPrefilter(pieces)
+        except Exception:  # noqa: BLE001 - no wheel for this platform: RE2 is the next fastest
+            pass
+    return RegexPrefilter(pieces)
+
+
+def _every_line(prefilter: RegexPrefilter | HyperscanPrefilter | None, chunk: bytes) -> Iterator[tuple[int, int, list[str]]]:
+    """Every line, with the literals found on it: used when some signature has no literal."""
+    found_on: dict[int, list[str]] = {}
+    if prefilter is not None:
+        for start, _end, found in prefilter.lines(chunk):
+            found_on[start] = found
+    position = 0
+    size = len(chunk)
+    while position < size:
+        end = chunk.find(b"\n", position)
+        if end < 0:
+            end = size
+        yield position, end, found_on.get(position, [])
+        position = end + 1
+
+
+def extract(sig: CompiledSignature, match: Any) -> dict[str, Any]:
+    values = {}
+    for name, text in match.groupdict().items():
+        if text is None:
+            continue
+        values[name] = convert(text, sig.model.values.get(name, ValueType.str))
+    return values
+
+
+def _last_timestamp(tail: bytes) -> float | None:
+    for raw in reversed(tail.splitlines()[-200:]):
+        stamp = timestamp(raw.decode("utf-8", "replace"))
+        if stamp is not None:
+            return stamp
+    return None
+
+
+def config_keys(kb: KnowledgeBase) -> list[str]:
+    keys = set(WELL_KNOWN_CONFIG_KEYS)
+    for loaded in kb.rules:
+        for _section, _index, pattern in loaded.model.when.patterns():
+            if pattern.fact == "config":
+                for name in ("key", "name"):
+                    value = pattern.where.get(name)
+                    if isinstance(value, str):
+                        keys.add(value)
+                    elif isinstance(value, list):
+                        keys.update(v for v in value if isinstance(v, str))
+                    elif value is not None and getattr(value, "matches", None):
+                        literal = re.sub(r"^\(\^\|\\\.\)|\$$", "", str(value.matches))  # type: ignore[union-attr]
+                        if re.fullmatch(r"(?:[\w]|\\\.)+", literal):
+                            keys.add(literal.replace("\\.", "."))
+    return sorted(keys)
+
+
+def scanner_for(kb: KnowledgeBase) -> Scanner:
+    """The knowledge base's scanner, built once and kept with it."""
+    return kb.cache.get("scanner", lambda: Scanner(kb, config_keys(kb)))
