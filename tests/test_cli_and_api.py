@@ -31,7 +31,7 @@ def test_bad_invocation_exits_2() -> None:
 
 def test_broken_rule_pack_exits_3_with_position(tmp_path: Path) -> None:
     (tmp_path / "rules" / "lab").mkdir(parents=True)
-    (tmp_path / "rules" / "lab" / "x.yaml").write_text("id: lab.x\ntitle: broken\nsource: test\nwhen: {all: [{hit: nope}]}\nthen: {}\n")
+    (tmp_path / "rules" / "lab" / "x.yaml").write_text("id: lab.x\ntitle: broken\nsource: test\nwhen: {all: [{hit: nope}]}\nthen: {}\nrole: evidence\n")
     result = CliRunner().invoke(main, ["diagnose", "--rules-dir", str(tmp_path), str(HANG)])
     assert result.exit_code == 3
     assert f"{tmp_path}/rules/lab/x.yaml:5:1: error[schema]" in result.stderr

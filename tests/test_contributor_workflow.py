@@ -26,6 +26,7 @@ examples:
 RULE = """\
 id: mylab.checkpoint_disk_full
 title: The checkpoint volume is full
+role: evidence
 status: experimental
 source: an incident on our cluster
 bucket: cluster_infra

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 import rltriage
-from rltriage.errors import InferenceError, InputError, KnowledgeBaseError
-from rltriage.infer import BaseFact, Engine, Fact, Inference, get_engine
-from rltriage.load import KnowledgeBase
-from rltriage.result import Evidence
+from rltriage import Evidence, KnowledgeBase
+from rltriage.base.errors import InferenceError, InputError, KnowledgeBaseError
+from rltriage.infer.fact import BaseFact, Fact
+from rltriage.infer.registry import get_engine
+from rltriage.infer.results import Engine, Inference
 
 
 def durable_unavailable() -> str | None:
@@ -46,8 +47,16 @@ def engine(request: pytest.FixtureRequest) -> Engine:
 # Building packs and facts
 
 
+def _role(then: dict[str, Any]) -> str:
+    evidence = then.get("evidence")
+    if evidence is not None:
+        return "support" if evidence.get("cause") else "evidence"
+    return "derive" if then.get("derive") else "guard"
+
+
 def rule(rule_id: str, when: dict[str, Any], then: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"id": rule_id, "title": f"test rule {rule_id}", "source": "engine conformance test", **extra, "when": when, "then": then}
+    base = {"id": rule_id, "title": f"test rule {rule_id}", "role": _role(then), "source": "engine conformance test"}
+    return {**base, **extra, "when": when, "then": then}
 
 
 def cause(rule_id: str, when: dict[str, Any], weight: float, **then: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rltriage.lint import lint
+from rltriage.tools.lint import lint
 
 GOOD_SIGNATURE = """\
 id: lab.disk_full
@@ -37,6 +37,7 @@ then:
   evidence:
     weight: 0.8
 fix: "Free space under {{ disk.dir }}."
+role: evidence
 """
 
 
@@ -164,6 +165,7 @@ def test_cyclic_negation(pack: Path) -> None:
     write(pack, "rules/lab/a.yaml", """\
         id: lab.a
         title: derive a unless b
+        role: derive
         source: test
         when:
           all:
@@ -177,6 +179,7 @@ def test_cyclic_negation(pack: Path) -> None:
     path_b = write(pack, "rules/lab/b.yaml", """\
         id: lab.b
         title: derive b unless a
+        role: derive
         source: test
         when:
           all:
@@ -188,7 +191,7 @@ def test_cyclic_negation(pack: Path) -> None:
             - fact: b_seen
         """)
     found = messages(pack)
-    assert f"{path_b}:7:3: error[cyclic-negation]: rule takes part in a cycle through negation (it negates a fact that it helps derive)" in found
+    assert f"{path_b}:8:3: error[cyclic-negation]: rule takes part in a cycle through negation (it negates a fact that it helps derive)" in found
 
 
 def test_unknown_alias_and_cause(pack: Path) -> None:

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rltriage
-from rltriage.errors import KnowledgeBaseError
-from rltriage.normalize import segments
-from rltriage.pipeline import scanner_for
-from rltriage.vocabulary import InputKind
+from rltriage.base.errors import KnowledgeBaseError
+from rltriage.base.vocabulary import InputKind
+from rltriage.inputs.normalize import segments
+from rltriage.pipeline.scan import scanner_for
 
 from .conftest import FIXTURES
 
@@ -107,7 +107,7 @@ def test_one_bad_signature_cannot_stall_a_diagnosis(tmp_path: Path) -> None:
         "examples:\n  match: ['Watchdog caught aa!']\n  no_match: ['nothing']\n"
     )
     (pack / "rules" / "lab" / "slow.yaml").write_text(
-        "id: lab.slow\ntitle: uses the slow signature\nsource: test\nbucket: cluster_infra\nissue: x\nreason: y\n"
+        "id: lab.slow\ntitle: uses the slow signature\nrole: evidence\nsource: test\nbucket: cluster_infra\nissue: x\nreason: y\n"
         "when: {all: [{hit: lab.slow}]}\nthen: {evidence: {weight: 0.5}}\nfix: nothing\n"
     )
     log = tmp_path / "train.log"
@@ -122,7 +122,7 @@ def test_templates_cannot_reach_python_internals(tmp_path: Path) -> None:
     pack = tmp_path / "pack"
     (pack / "rules" / "lab").mkdir(parents=True)
     (pack / "rules" / "lab" / "escape.yaml").write_text(
-        "id: lab.escape\ntitle: tries to escape the sandbox\nsource: test\nbucket: cluster_infra\nissue: x\nreason: y\n"
+        "id: lab.escape\ntitle: tries to escape the sandbox\nrole: evidence\nsource: test\nbucket: cluster_infra\nissue: x\nreason: y\n"
         "when: {all: [{hit: hf.log_dict}]}\nthen: {evidence: {weight: 0.5}}\n"
         "fix: \"{{ cfg.__globals__ }} {{ ''.__class__.__mro__[1].__subclasses__() }}\"\n"
     )
@@ -143,10 +143,10 @@ def test_runaway_rule_chain_is_stopped_with_the_rule_named(tmp_path: Path) -> No
     pack = tmp_path / "pack"
     (pack / "rules" / "lab").mkdir(parents=True)
     (pack / "rules" / "lab" / "seed.yaml").write_text(
-        "id: lab.seed\ntitle: seed a counter\nsource: test\nwhen: {all: [{fact: run}]}\nthen: {derive: [{fact: counter, fields: {n: 0}}]}\n"
+        "id: lab.seed\ntitle: seed a counter\nrole: derive\nsource: test\nwhen: {all: [{fact: run}]}\nthen: {derive: [{fact: counter, fields: {n: 0}}]}\n"
     )
     (pack / "rules" / "lab" / "grow.yaml").write_text(
-        "id: lab.grow\ntitle: count forever\nsource: test\nwhen: {all: [{fact: counter, as: c}]}\n"
+        "id: lab.grow\ntitle: count forever\nrole: derive\nsource: test\nwhen: {all: [{fact: counter, as: c}]}\n"
         "then: {derive: [{fact: counter, fields: {n: '{{ c.n + 1 }}'}}]}\n"
     )
     log = tmp_path / "train.log"

@@ -78,6 +78,23 @@ LOG_KINDS: frozenset[InputKind] = frozenset(
 )
 
 
+class Role(str, Enum):
+    """What a rule is for; lint holds each rule to its role."""
+
+    stage = "stage"  # derives stage facts (stage_seen, stage) from hits
+    boundary = "boundary"  # derives the boundary or a symptom
+    evidence = "evidence"  # concludes a cause of its own
+    support = "support"  # adds weight (positive or negative) to another rule's cause
+    contract = "contract"  # a config or environment contract; the only role that may be blocking
+    guard = "guard"  # suppresses a bucket or cause, with the reason
+    derive = "derive"  # other derivations other rules consume
+    generic = "generic"  # a low-weight cause from the generic failure layer (reserved)
+
+
+# Roles whose rules conclude a cause of their own.
+CAUSE_ROLES: frozenset[Role] = frozenset({Role.evidence, Role.contract, Role.generic})
+
+
 class Status(str, Enum):
     stable = "stable"
     experimental = "experimental"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from ..base.errors import Problem
-from ..base.vocabulary import BASE_FACTS
+from ..base.vocabulary import BASE_FACTS, CAUSE_ROLES, Role
 from .compile import produced_types
 from .knowledge import KnowledgeBase, LoadedRule, Origin
 
@@ -112,3 +112,31 @@ def check_references(kb: KnowledgeBase) -> list[Problem]:
         problems.extend(_rule_problems(kb, loaded, known_types, cause_ids))
     return problems
 
+
+# What each role must do, beyond the rule's own schema.
+_ROLE_NEEDS: dict[Role, tuple[Callable[[Any], bool], str]] = {
+    Role.stage: (lambda m: bool({d.fact for d in m.then.derive} & {"stage_seen", "stage"}), "a stage rule must derive stage_seen or stage facts"),
+    Role.boundary: (lambda m: bool({d.fact for d in m.then.derive} & {"boundary", "symptom"}), "a boundary rule must derive boundary or symptom facts"),
+    Role.support: (lambda m: m.then.evidence is not None and m.then.evidence.cause is not None, "a support rule must add evidence to another rule's cause"),
+    Role.guard: (lambda m: bool(m.then.suppress), "a guard must suppress a bucket or a cause"),
+    Role.derive: (lambda m: bool(m.then.derive), "a derive rule must derive facts"),
+}
+
+
+@check("lint")
+def check_roles(kb: KnowledgeBase) -> Iterator[Problem]:
+    """`role` says what a rule is for: only contracts may block; cause roles conclude; the others
+    do what their role names, and nothing concludes a cause outside a cause role."""
+    for loaded in kb.rules:
+        model, origin = loaded.model, loaded.origin
+        line, col = origin.at("role")
+        if model.blocking and model.role is not Role.contract:
+            at = origin.at("blocking")
+            yield Problem(origin.display, at[0], at[1], "role-blocking", f"blocking: true needs role contract, not {model.role.value}")
+        if model.role in CAUSE_ROLES and not model.concludes:
+            yield Problem(origin.display, line, col, "role", f"a {model.role.value} rule must conclude a cause of its own (then.evidence without cause)")
+        elif model.role not in CAUSE_ROLES and model.concludes:
+            yield Problem(origin.display, line, col, "role", f"the rule concludes a cause; its role must be evidence, contract or generic, not {model.role.value}")
+        need = _ROLE_NEEDS.get(model.role)
+        if need is not None and not need[0](model):
+            yield Problem(origin.display, line, col, "role", need[1])

@@ -12,7 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..base.vocabulary import Bucket, InputKind, PatchKind, Stage, Status, Symptom, ValueType
+from ..base.vocabulary import Bucket, InputKind, PatchKind, Role, Stage, Status, Symptom, ValueType
 
 ID_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 ALIAS_PATTERN = r"^[a-z][a-z0-9_]*$"
@@ -190,6 +190,8 @@ class Signature(Strict):
 class Rule(Strict):
     id: str = Field(pattern=ID_PATTERN)
     title: str = Field(min_length=3)
+    # What the rule is for: stage, boundary, evidence, support, contract, guard, derive, generic.
+    role: Role
     status: Status = Status.stable
     replaced_by: str | None = Field(default=None, pattern=ID_PATTERN)
     source: str = Field(min_length=3)

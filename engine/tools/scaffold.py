@@ -34,6 +34,9 @@ RULE = """\
 # One failure. The id is the path below rules/ with dots: {rule_id}
 id: {rule_id}
 title: "TODO(rltriage) the failure, as an operator would name it"
+# What the rule is for: evidence (concludes a cause), contract (a config or environment contract;
+# the only role that may set blocking: true), support, guard, stage, boundary, derive, generic.
+role: evidence
 status: experimental
 source: "TODO(rltriage) the document section or public issue the fix comes from"
 bucket: {bucket}
