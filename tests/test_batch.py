@@ -29,14 +29,14 @@ FIXTURES = REPO / "fixtures"
 # A handful of fixture kinds, each a different failure (and one clean run), all with logs.
 # Quick ones: the batch runs all 1,000 runs more than once.
 KINDS = (
-    "a1_host_oom_ray",
-    "a1_nccl_illegal_memory",
-    "a2_too_few_generations",
-    "a2_vl_config_startup",
-    "b1_pyxis_import_all_failed",
-    "b2_preflight_fusedadam_bf16",
-    "stacks_native_allocator",
-    "stacks_two_ranks_collective",
+    "memory/host_oom_ray",
+    "nccl/illegal_memory",
+    "trl/too_few_generations",
+    "transformers/vl_config_startup",
+    "slurm/pyxis_import_all_failed",
+    "posttrain/preflight_fusedadam_bf16",
+    "stacks/native_allocator",
+    "stacks/two_ranks_collective",
 )
 RUNS = 1000
 
@@ -180,7 +180,7 @@ def test_deterministic_across_jobs_and_to_stdout(tmp_path: Path) -> None:
 
 def test_what_counts_as_a_run(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    oom = FIXTURES / "a1_host_oom_ray" / "main_ppo.log"
+    oom = FIXTURES / "memory/host_oom_ray" / "main_ppo.log"
     (root / "a" / "ray" / "logs").mkdir(parents=True)
     shutil.copyfile(oom, root / "a" / "driver.log")
     shutil.copyfile(oom, root / "a" / "ray" / "logs" / "worker-1.err")  # part of run a, not a run

@@ -15,7 +15,7 @@ from rltriage.cli import main
 
 from .conftest import FIXTURES, all_fixtures
 
-HANG = FIXTURES / "trl_reward_never_returned"
+HANG = FIXTURES / "trl/reward_never_returned"
 
 
 def test_missing_path_exits_2_with_one_line() -> None:

@@ -93,28 +93,28 @@ def test_new_symptom_from_scaffold_to_green(tmp_path: Path) -> None:
     (pack / "signatures/mylab/checkpoint_disk_full.yaml").write_text(SIGNATURE)
     (pack / "rules/mylab/checkpoint_disk_full.yaml").write_text(RULE)
     (pack / "templates/fixes/mylab/checkpoint_disk_full.md.j2").write_text(TEMPLATE)
-    (pack / "fixtures/mylab_checkpoint_disk_full/run.log").write_text(LOG)
-    (pack / "fixtures/mylab_checkpoint_disk_full/expect.yaml").write_text(EXPECT)
-    (pack / "fixtures/mylab_checkpoint_disk_full_quiet/run.log").write_text(QUIET_LOG)
-    (pack / "fixtures/mylab_checkpoint_disk_full_quiet/expect.yaml").write_text(QUIET_EXPECT)
+    (pack / "fixtures/mylab/checkpoint_disk_full/run.log").write_text(LOG)
+    (pack / "fixtures/mylab/checkpoint_disk_full/expect.yaml").write_text(EXPECT)
+    (pack / "fixtures/mylab/checkpoint_disk_full_quiet/run.log").write_text(QUIET_LOG)
+    (pack / "fixtures/mylab/checkpoint_disk_full_quiet/expect.yaml").write_text(QUIET_EXPECT)
 
     lint = runner.invoke(main, ["rules", "lint", "--rules-dir", str(pack)])
     assert lint.exit_code == 0, lint.output
     tested = runner.invoke(main, ["rules", "test", "--rules-dir", str(pack), "mylab.checkpoint_disk_full"])
     assert tested.exit_code == 0, tested.output
     assert "pass  signature mylab.checkpoint_disk_full" in tested.output
-    assert "pass  fixture" in tested.output and "mylab_checkpoint_disk_full_quiet" in tested.output
+    assert "pass  fixture" in tested.output and "mylab/checkpoint_disk_full_quiet" in tested.output
 
     shown = runner.invoke(main, ["rules", "show", "mylab.checkpoint_disk_full", "--rules-dir", str(pack)])
     assert shown.exit_code == 0
-    assert "fixtures that fire it: mylab_checkpoint_disk_full" in shown.output
+    assert "fixtures that fire it: mylab/checkpoint_disk_full" in shown.output
     assert "used by rules: mylab.checkpoint_disk_full" in shown.output
 
     listed = runner.invoke(main, ["rules", "list", "--bucket", "cluster_infra", "--format", "json", "--rules-dir", str(pack)])
     assert '"id": "mylab.checkpoint_disk_full"' in listed.output
 
     # A broken expectation makes `rules test` fail.
-    (pack / "fixtures/mylab_checkpoint_disk_full/expect.yaml").write_text(EXPECT.replace("cluster_infra", "vram_pressure"))
+    (pack / "fixtures/mylab/checkpoint_disk_full/expect.yaml").write_text(EXPECT.replace("cluster_infra", "vram_pressure"))
     failing = runner.invoke(main, ["rules", "test", "--rules-dir", str(pack), "mylab.checkpoint_disk_full"])
     assert failing.exit_code == 1
     assert "primary bucket is cluster_infra, expected vram_pressure" in failing.output

@@ -13,7 +13,7 @@ from rltriage.pipeline.run import analyse
 
 from .conftest import FIXTURES, REPO
 
-ROW = re.compile(r"^\| (?P<key>[A-Z]\d+) \| (?P<source>[^|]+) \| (?P<text>.*?) \| (?P<rules>(?:`[\w.]+` ?)+) \| (?P<fixtures>(?:`[\w.-]+` ?)*) \|$")
+ROW = re.compile(r"^\| (?P<key>[A-Z]\d+) \| (?P<source>[^|]+) \| (?P<text>.*?) \| (?P<rules>(?:`[\w.]+` ?)+) \| (?P<fixtures>(?:`[\w./-]+` ?)*) \|$")
 
 
 def rows() -> list[dict[str, object]]:
@@ -25,7 +25,7 @@ def rows() -> list[dict[str, object]]:
                 {
                     "key": match.group("key"),
                     "rules": re.findall(r"`([\w.]+)`", match.group("rules")),
-                    "fixtures": re.findall(r"`([\w.-]+)`", match.group("fixtures")),
+                    "fixtures": re.findall(r"`([\w./-]+)`", match.group("fixtures")),
                 }
             )
     return found

@@ -91,9 +91,9 @@ def test_yaml_loader_reports_or_loads(tmp_path_factory: pytest.TempPathFactory, 
 
 
 @settings(max_examples=10, deadline=None)
-@given(st.permutations(sorted(p.name for p in (FIXTURES / "trl_reward_never_returned").iterdir())))
+@given(st.permutations(sorted(p.name for p in (FIXTURES / "trl/reward_never_returned").iterdir())))
 def test_file_order_does_not_change_the_diagnosis(order: list[str]) -> None:
-    folder = FIXTURES / "trl_reward_never_returned"
+    folder = FIXTURES / "trl/reward_never_returned"
     expected = rltriage.diagnose(sorted(str(folder / n) for n in order)).model_dump_json()
     assert rltriage.diagnose([str(folder / n) for n in order]).model_dump_json() == expected
 

@@ -14,10 +14,10 @@ from rltriage.tools.verify import CHECK_NAMES, step_time_in, verify
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
-CLEAN = FIXTURES / "a3_clean_grpo_run"
-HANG = FIXTURES / "trl_reward_never_returned"
-VERL = FIXTURES / "b3_lr_zero_reward_flat"
-DISAGG = FIXTURES / "b1_dynamic_sampling_abort"
+CLEAN = FIXTURES / "stages/clean_grpo_run"
+HANG = FIXTURES / "trl/reward_never_returned"
+VERL = FIXTURES / "lego/lr_zero_reward_flat"
+DISAGG = FIXTURES / "disagg/dynamic_sampling_abort"
 
 
 def test_clean_trl_run_passes_with_evidence() -> None:
@@ -74,7 +74,7 @@ def test_step_time_extraction() -> None:
 
 
 def test_val_only_verl_line_is_not_progress() -> None:
-    result = verify([FIXTURES / "b3_val_only_moe_garbled"])
+    result = verify([FIXTURES / "lego/val_only_moe_garbled"])
     assert not any(c.passed for c in result.checks)
 
 

@@ -172,8 +172,8 @@ def test_a_rank_log_that_appears_later_is_followed(tmp_path: Path) -> None:
 def test_on_stall_output_in_the_run_folder_joins_the_diagnosis(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "train.log").write_text((FIXTURES / "a3_remote_judge_hang_stack_dump" / "train.log").read_text(encoding="utf-8"), encoding="utf-8")
-    dump = FIXTURES / "a3_remote_judge_hang_stack_dump" / "py-spy-dump-4121.txt"
+    (run / "train.log").write_text((FIXTURES / "stacks/remote_judge_hang_stack_dump" / "train.log").read_text(encoding="utf-8"), encoding="utf-8")
+    dump = FIXTURES / "stacks/remote_judge_hang_stack_dump" / "py-spy-dump-4121.txt"
     command = f"cat {dump}; echo on-stall stderr line >&2"
     done, elapsed = run_watch([str(run), "--stall-after", "1", "--poll", "0.2", "--on-stall", command, "--format", "json"])
     assert done.returncode == EXIT_STALLED, done.stderr
@@ -240,7 +240,7 @@ def test_watched_paths_disappearing_exits_0(tmp_path: Path) -> None:
 
 
 def test_an_already_finished_run_exits_0_at_once(tmp_path: Path) -> None:
-    (tmp_path / "train.log").write_text((FIXTURES / "a3_clean_grpo_run" / "train.log").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "train.log").write_text((FIXTURES / "stages/clean_grpo_run" / "train.log").read_text(encoding="utf-8"), encoding="utf-8")
     result = CliRunner().invoke(watch_command, [str(tmp_path), "--poll", "0.1"])
     assert result.exit_code == 0 and "already finished" in result.stderr
 

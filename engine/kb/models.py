@@ -227,7 +227,8 @@ class Rule(Strict):
 
 
 class FixtureExpectation(Strict):
-    """`expect.yaml` of a fixture run: what must rank first, be cited, fire and not fire."""
+    """`expect.yaml` of a fixture run (`fixtures/<namespace>/<case>/`, the namespace being that of the
+    rule the fixture is mainly about): what must rank first, be cited, fire and not fire."""
 
     description: str
     symptom: Symptom | None = None

@@ -95,15 +95,16 @@ def scaffold(pack: Path, item_id: str, bucket: str) -> list[Path]:
     if not re.match(ID_PATTERN, item_id) or item_id.count(".") != 1:
         raise ValueError(f"id '{item_id}' must be NAMESPACE.NAME in lower case")
     namespace, name = item_id.split(".")
-    fixture = f"{namespace}_{name}"
+    # Fixtures are nested by the namespace of the rule they are about, so the id leads to them.
+    fixtures = pack / "fixtures" / namespace
     files = {
         pack / "signatures" / namespace / f"{name}.yaml": SIGNATURE,
         pack / "rules" / namespace / f"{name}.yaml": RULE,
         pack / "templates" / "fixes" / namespace / f"{name}.md.j2": TEMPLATE,
-        pack / "fixtures" / fixture / "expect.yaml": EXPECT_FIRES,
-        pack / "fixtures" / fixture / "run.log": LOG_FIRES,
-        pack / "fixtures" / f"{fixture}_quiet" / "expect.yaml": EXPECT_QUIET,
-        pack / "fixtures" / f"{fixture}_quiet" / "run.log": LOG_QUIET,
+        fixtures / name / "expect.yaml": EXPECT_FIRES,
+        fixtures / name / "run.log": LOG_FIRES,
+        fixtures / f"{name}_quiet" / "expect.yaml": EXPECT_QUIET,
+        fixtures / f"{name}_quiet" / "run.log": LOG_QUIET,
     }
     existing = [p for p in files if p.exists()]
     if existing:

@@ -28,14 +28,14 @@ EXPECT = "expect.yaml"
 # Commands beyond diagnose/preflight: (fixture, snapshot name, arguments; {run} is the fixture's
 # path and {file:NAME} one of its files).
 EXTRA: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("trl_reward_never_returned", "explain.txt", ("explain", "{run}")),
-    ("stacks_odd_rank_in_reward", "explain_odd_rank.txt", ("explain", "--cause", "stacks.odd_rank_out", "{run}")),
-    ("a2_rollout_hang_engine_idle", "explain_bucket.txt", ("explain", "--bucket", "rollout_hang", "{run}")),
-    ("a3_clean_grpo_run", "verify.txt", ("verify", "{run}")),
-    ("a3_clean_grpo_run", "verify.json", ("verify", "--format", "json", "{run}")),
-    ("trl_reward_never_returned", "verify.txt", ("verify", "{run}")),
-    ("a2_preflight_bad_config", "smoke.diff", ("smoke", "{file:config.yaml}")),
-    ("a3_clean_grpo_run", "smoke.diff", ("smoke", "{file:grpo_config.yaml}")),
+    ("trl/reward_never_returned", "explain.txt", ("explain", "{run}")),
+    ("stacks/odd_rank_in_reward", "explain_odd_rank.txt", ("explain", "--cause", "stacks.odd_rank_out", "{run}")),
+    ("vllm/rollout_hang_engine_idle", "explain_bucket.txt", ("explain", "--bucket", "rollout_hang", "{run}")),
+    ("stages/clean_grpo_run", "verify.txt", ("verify", "{run}")),
+    ("stages/clean_grpo_run", "verify.json", ("verify", "--format", "json", "{run}")),
+    ("trl/reward_never_returned", "verify.txt", ("verify", "{run}")),
+    ("trl/preflight_bad_config", "smoke.diff", ("smoke", "{file:config.yaml}")),
+    ("stages/clean_grpo_run", "smoke.diff", ("smoke", "{file:grpo_config.yaml}")),
 )
 GLOBAL: tuple[tuple[str, tuple[str, ...]], ...] = (("rules_list.txt", ("rules", "list")),)
 FORMATS = (("json", "json"), ("text", "txt"), ("markdown", "md"))
@@ -81,7 +81,7 @@ def _commands(run: str) -> Iterator[tuple[str, list[str]]]:
         for fmt, suffix in FORMATS[:2]:
             yield f"preflight.{suffix}", ["preflight", "--format", fmt, f"{path}/{config}", *env]
     for fixture, name, template in EXTRA:
-        if fixture == Path(run).name:
+        if fixture == run:
             args = [a.replace("{run}", path) for a in template]
             yield name, [f"{path}/{a[6:-1]}" if a.startswith("{file:") else a for a in args]
 
