@@ -1,0 +1,50 @@
+"""Facts from configs, environment reports, scans and the run itself."""
+
+from __future__ import annotations
+
+import io
+
+import rltriage
+from rltriage.base.vocabulary import InputKind
+from rltriage.pipeline.facts import config_file_facts, echo_facts, env_report_facts, hit_facts, run_facts, stage_definitions
+from rltriage.pipeline.scan import FileScan, scanner_for
+
+
+def test_config_files_become_dotted_keys_with_lines() -> None:
+    notes: list[str] = []
+    facts = config_file_facts("grpo.yaml", b"trainer:\n  num_generations: 8\n  reward_funcs: [a, b]\n", notes)
+    by_key = {f.fields["key"]: f for f in facts}
+    assert by_key["trainer.num_generations"].fields["value"] == 8 and by_key["trainer.num_generations"].fields["line"] == 2
+    assert by_key["trainer.reward_funcs"].fields["value"] == ("a", "b")
+    assert by_key["trainer.num_generations"].fields["name"] == "num_generations" and not notes
+    assert config_file_facts("bad.yaml", b"a: [\n", notes) == [] and notes[0].startswith("config could not be parsed")
+
+
+def test_environment_reports() -> None:
+    lines = list(enumerate(["PyTorch version: 2.4.1+cu121", "Python platform: Linux-5.4.0-150-generic-x86_64-with-glibc2.31", "vllm==0.6.3"], 1))
+    facts = env_report_facts("env.txt", lines)
+    found = {(f.type, f.fields.get("name"), f.fields["version"]) for f in facts}
+    assert found == {("package", "torch", "2.4.1+cu121"), ("kernel", None, "5.4.0-150-generic"), ("package", "vllm", "0.6.3")}
+
+
+def test_hits_and_echoes_from_a_scan() -> None:
+    kb = rltriage.load_knowledge_base()
+    log = b"num_generations=8\n[rltriage] stage=trainer_started step=0\n"
+    scan = scanner_for(kb).scan("run.log", InputKind.driver_log, io.BytesIO(log))
+    hits = hit_facts(scan)
+    marker = next(f for f in hits if f.fields["signature"] == "rltriage.stage_marker")
+    assert marker.fields["stage"] == "trainer_started" and marker.fields["last_stage"] == "trainer_started" and marker.fields["line"] == 2
+    assert marker.evidence[0].line == 2
+    echo = echo_facts(scan)
+    assert [(f.fields["key"], f.fields["value"], f.fields["source"]) for f in echo] == [("num_generations", 8, "log")]
+
+
+def test_run_facts_count_logs_and_define_stages() -> None:
+    scans = [FileScan("a.log", InputKind.driver_log, lines=10), FileScan("c.yaml", InputKind.config, lines=3)]
+    facts = run_facts("diagnose", scans, 2)
+    run = facts[0]
+    assert run.type == "run" and run.fields == {"mode": "diagnose", "inputs": 2, "logs": 1, "log_lines": 10}
+    assert [f.fields["path"] for f in facts if f.type == "input"] == ["a.log", "c.yaml"]
+    stages = stage_definitions()
+    assert stages[0].fields == {"name": "model_loaded", "order": 1, "next": "trainer_started"}
+    assert stages[-1].fields["next"] is None
