@@ -11,7 +11,7 @@ import atheris
 
 with atheris.instrument_imports():
     import rltriage
-    from rltriage.errors import KnowledgeBaseError
+    from rltriage import KnowledgeBaseError
 
 PACK = Path(tempfile.mkdtemp(prefix="rltriage-fuzz-"))
 (PACK / "rules" / "fz").mkdir(parents=True)

@@ -9,8 +9,8 @@ import atheris
 
 with atheris.instrument_imports():
     import rltriage
-    from rltriage.pipeline import scanner_for
-    from rltriage.vocabulary import InputKind
+    from rltriage.pipeline.scan import scanner_for
+    from rltriage.base.vocabulary import InputKind
 
 SCANNER = scanner_for(rltriage.load_knowledge_base())
 KINDS = list(InputKind)
