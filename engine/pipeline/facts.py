@@ -296,7 +296,7 @@ def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Evidence, ...]:
             if frame.code_line is not None:
                 lines.append((frame.code_line, frame.code_text))
     seen: set[int] = set()
-    out = []
+    out: list[Evidence] = []
     for number, text in lines:
         if number not in seen and len(out) < 8:
             seen.add(number)
