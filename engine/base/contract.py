@@ -38,6 +38,21 @@ class Boundary(Out):
     first_missing: Stage | None = None
     evidence: list[Evidence] = Field(default_factory=list)
     silent_seconds: float | None = None
+    # Where the failure's own frames place it (e.g. "the reward computation"), when a traceback says.
+    phase: str | None = None
+
+
+class Failure(Out):
+    """An uncaught failure found in the inputs: an exception, a C++ termination, a fatal signal or an
+    exit code, with the process it came from and its innermost frame."""
+
+    path: str
+    line: int
+    process: str | None = None
+    type: str
+    message: str
+    frame: str | None = None
+    signal: str | None = None
 
 
 class PatchPlanStep(Out):
@@ -85,6 +100,7 @@ class Diagnosis(Out):
     primary_bucket: Bucket | None
     boundary: Boundary
     causes: list[Cause]
+    failures: list[Failure] = Field(default_factory=list)
     verification: list[str]
     smoke_test: list[PatchPlanStep] = Field(default_factory=list)
     unexplained: list[UnexplainedLine] = Field(default_factory=list)

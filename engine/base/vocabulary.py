@@ -88,11 +88,12 @@ class Role(str, Enum):
     contract = "contract"  # a config or environment contract; the only role that may be blocking
     guard = "guard"  # suppresses a bucket or cause, with the reason
     derive = "derive"  # other derivations other rules consume
-    generic = "generic"  # a low-weight cause from the generic failure layer (reserved)
+    generic = "generic"  # a cause concluded from a failure's shape: exception family, package, message vocabulary
+    fallback = "fallback"  # the cause of last resort for a failure no other rule explains
 
 
 # Roles whose rules conclude a cause of their own.
-CAUSE_ROLES: frozenset[Role] = frozenset({Role.evidence, Role.contract, Role.generic})
+CAUSE_ROLES: frozenset[Role] = frozenset({Role.evidence, Role.contract, Role.generic, Role.fallback})
 
 
 class Status(str, Enum):
@@ -162,4 +163,14 @@ BASE_FACTS: dict[str, tuple[str, ...]] = {
     "stack": ("path", "process", "thread", "main", "kind", "top", "depth", "line", "stack"),
     "stack_outlier": ("path", "process", "thread", "top", "line", "majority_top", "majority_count", "total"),
     "run": ("mode", "inputs", "logs", "log_lines"),
+    # An uncaught failure found in a log (inputs/failures.py): an exception with its frames, a C++
+    # termination, a fatal signal or an exit code. `summary` is `qualname: message detail`; `trace`
+    # the frames innermost first as `file:function`; `code` the source lines nearest the failure;
+    # `terminal` whether it ends its exception chain;
+    # `secondary` whether it only reports a failure raised elsewhere (launchers, Ray wrappers).
+    "failure": (
+        "kind", "type", "qualname", "wrapper", "message", "detail", "summary", "package", "packages", "trace", "code",
+        "frame", "frame_function", "user_frame", "user_function", "signal", "exit_code", "process", "chain",
+        "position", "root", "terminal", "secondary", "ignored", "count", "processes", "path", "line", "text",
+    ),
 }

@@ -136,7 +136,7 @@ def check_roles(kb: KnowledgeBase) -> Iterator[Problem]:
         if model.role in CAUSE_ROLES and not model.concludes:
             yield Problem(origin.display, line, col, "role", f"a {model.role.value} rule must conclude a cause of its own (then.evidence without cause)")
         elif model.role not in CAUSE_ROLES and model.concludes:
-            yield Problem(origin.display, line, col, "role", f"the rule concludes a cause; its role must be evidence, contract or generic, not {model.role.value}")
+            yield Problem(origin.display, line, col, "role", f"the rule concludes a cause; its role must be evidence, contract, generic or fallback, not {model.role.value}")
         need = _ROLE_NEEDS.get(model.role)
         if need is not None and not need[0](model):
             yield Problem(origin.display, line, col, "role", need[1])

@@ -3,19 +3,22 @@ plan, verification lines, the smoke-test plan and the unexplained failure lines.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 from .._version import __version__
 from ..base.contract import (
     Boundary,
     Cause,
     Diagnosis,
     Evidence,
+    Failure,
     InputSummary,
     PatchPlanStep,
     ToolInfo,
     UnexplainedLine,
     Warning_,
 )
-from ..base.vocabulary import STALL_BUCKETS, PatchKind, Stage, Symptom
+from ..base.vocabulary import STALL_BUCKETS, PatchKind, Role, Stage, Symptom
 from ..infer.fact import Fact
 from ..infer.results import Inference
 from ..inputs.discover import Warning
@@ -61,27 +64,36 @@ def _stack_proof(inference: Inference) -> list[Evidence]:
     return proof[:MAX_STACK_PROOF]
 
 
+def _phase(inference: Inference) -> str | None:
+    """Where the failure's frames place it: the furthest phase the failure-phase rules derived."""
+    phases = inference.facts_of("failure_phase")
+    if not phases:
+        return None
+    return str(max(phases, key=lambda f: (f.get("order") or 0, -f.id)).get("name"))
+
+
 def _boundary(ranking: Ranking, scans: list[FileScan], inference: Inference) -> Boundary:
     fact = ranking.boundary
     if fact is None:
-        return Boundary(evidence=_stack_proof(inference))
+        return Boundary(evidence=_stack_proof(inference), phase=_phase(inference))
     last = fact.get("last_completed")
     missing = fact.get("first_missing")
     evidence = list(fact.evidence) + _stack_proof(inference)
     silent = None
-    if evidence:
+    if evidence and ranking.symptom is Symptom.hang:  # silence only means something for a hang
         stamps = _timestamps(scans)
         stamped = [(stamps[(e.path, e.line)], e.path) for e in evidence if (e.path, e.line) in stamps]
         if stamped:
             start, path = max(stamped)
             end = next((s.last_timestamp for s in scans if s.path == path), None)
-            if end is not None and end >= start:
+            if end is not None and end > start:
                 silent = round(end - start, 1)
     return Boundary(
         last_completed=Stage(last) if last else None,
         first_missing=Stage(missing) if missing else None,
         evidence=evidence,
         silent_seconds=silent,
+        phase=_phase(inference),
     )
 
 
@@ -89,7 +101,10 @@ def _cause(kb: KnowledgeBase, ranked: RankedCause, facts: list[Fact], warnings: 
     loaded = kb.rule(ranked.rule)
     assert loaded is not None
     context = template_context(ranked.bindings, facts)
+    title = ranked.title
     try:
+        if "{{" in title:
+            title = render_string(kb, title, context)
         fix = render_fix(kb, loaded, context)
         steps = [
             PatchPlanStep(kind=step.kind, target=render_string(kb, step.target, context), change=render_string(kb, step.change, context))
@@ -103,7 +118,7 @@ def _cause(kb: KnowledgeBase, ranked: RankedCause, facts: list[Fact], warnings: 
         rule=ranked.rule,
         bucket=ranked.bucket,
         score=ranked.score,
-        title=ranked.title,
+        title=title,
         evidence=ranked.evidence,
         fix=fix,
         patch_plan=steps,
@@ -149,11 +164,13 @@ def smoke_test_plan(facts: list[Fact]) -> list[PatchPlanStep]:
 MAX_UNEXPLAINED_REPORTED = 15
 
 
-def unexplained_lines(scans: list[FileScan]) -> list[UnexplainedLine]:
+def unexplained_lines(scans: list[FileScan], explained: AbstractSet[tuple[str, int]] = frozenset()) -> list[UnexplainedLine]:
     """Failure-looking lines the knowledge base does not explain, most frequent first."""
     merged: dict[str, UnexplainedLine] = {}
     for scan in scans:
         for template, item in scan.unexplained.items():
+            if (scan.path, item.line) in explained:
+                continue
             known = merged.get(template)
             if known is None:
                 evidence = Evidence(path=scan.path, line=item.line, text=item.text, signature="unexplained")
@@ -162,6 +179,51 @@ def unexplained_lines(scans: list[FileScan]) -> list[UnexplainedLine]:
                 merged[template] = known.model_copy(update={"count": known.count + item.count})
     ranked = sorted(merged.values(), key=lambda u: (-u.count, u.template))
     return ranked[:MAX_UNEXPLAINED_REPORTED]
+
+
+MAX_FAILURES_REPORTED = 10
+
+
+def failures_seen(inference: Inference, top: Cause | None = None) -> list[Failure]:
+    """The failures that ended something: the last exception of each chain, fatal signals and exit
+    codes; those the top cause cites first, then in input order. Exceptions the program printed and
+    ignored are left out."""
+    cited = {(e.path, e.line) for e in top.evidence} if top is not None else set()
+    out = []
+    for fact in inference.facts_of("failure"):
+        if fact.get("ignored") or not fact.get("terminal"):
+            continue
+        out.append(
+            Failure(
+                path=str(fact.get("path")),
+                line=int(fact.get("line") or 0),
+                process=fact.get("process"),
+                type=str(fact.get("type")),
+                message=str(fact.get("message") or ""),
+                frame=fact.get("frame"),
+                signal=fact.get("signal"),
+            )
+        )
+    out.sort(key=lambda f: (f.path, f.line) not in cited)  # stable: input order within each group
+    return out[:MAX_FAILURES_REPORTED]
+
+
+def _explained_lines(kb: KnowledgeBase, ranking: Ranking, scans: list[FileScan]) -> set[tuple[str, int]]:
+    """Lines a cause explains (the fallback for unrecognised failures explains nothing), and the
+    frame and source lines of every traceback: they locate a failure, they are not one."""
+    lines: set[tuple[str, int]] = set()
+    for cause in ranking.causes:
+        loaded = kb.rule(cause.rule)
+        if loaded is not None and loaded.model.role is not Role.fallback:
+            lines.update((e.path, e.line) for e in cause.evidence)
+    for scan in scans:
+        for failure in scan.failures:
+            for frame in failure.frames:
+                lines.add((scan.path, frame.log_line))
+                if frame.code_line is not None:
+                    lines.add((scan.path, frame.code_line))
+            lines.update((scan.path, number) for number, _text in failure.context_lines)
+    return lines
 
 
 def build_diagnosis(
@@ -188,7 +250,7 @@ def build_diagnosis(
     verification = list(dict.fromkeys(verification))
     smoke = smoke_test_plan(facts) if ranking.symptom in (Symptom.hang, Symptom.slow) else []
     inputs = [InputSummary(path=s.path, kind=s.kind, lines=s.lines) for s in scans]
-    unexplained = unexplained_lines(scans)
+    unexplained = unexplained_lines(scans, _explained_lines(kb, ranking, scans))
     return Diagnosis(
         tool=ToolInfo(version=__version__),
         mode="preflight" if preflight else "diagnose",
@@ -197,6 +259,7 @@ def build_diagnosis(
         primary_bucket=ranking.primary_bucket,
         boundary=_boundary(ranking, scans, inference),
         causes=causes,
+        failures=failures_seen(inference, causes[0] if causes else None),
         verification=verification,
         smoke_test=smoke,
         unexplained=unexplained,

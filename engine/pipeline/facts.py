@@ -16,9 +16,10 @@ from ..base.values import coerce_config, plain
 from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
 from ..infer.fact import BaseFact
 from ..inputs.discover import Source, Warning
-from ..inputs.stacks import Frame, ThreadStack, odd_one_out, parse_dumps, read_blocks
+from ..inputs.failures import ParsedFailure, TraceFrame
+from ..inputs.stacks import Frame, ThreadStack, odd_one_out, parse_dumps, process_of, read_blocks
 from ..kb.knowledge import KnowledgeBase
-from .scan import ByteStream, FileScan, Tally, extract
+from .scan import ByteStream, FileScan, Tally, extract, failure_template
 
 _PIP = re.compile(r"^(?:\[(?:pip\d?|conda)\]\s+)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:\[[^\]]*\])?\s*(?:===?|\s+)\s*(?P<version>\d[\w.+\-!]*)\s*(?:\S+\s*)*$")
 _TORCH = re.compile(r"^PyTorch version:\s*(?P<version>\S+)")
@@ -228,4 +229,104 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
         }
         ev = Evidence(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
         facts.append(BaseFact("stack_outlier", fields, (ev,)))
+    return facts
+
+
+MAX_TRACE_FRAMES = 40
+
+
+def _short(path: str) -> str:
+    """A frame's file as a reader names it: below site-packages, or its last two parts."""
+    normal = path.replace("\\", "/")
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in normal:
+            return normal.rsplit(marker, 1)[1]
+    parts = [p for p in normal.split("/") if p]
+    return "/".join(parts[-2:]) if parts else normal
+
+
+def _where(frame: TraceFrame, short: bool = True) -> str:
+    return f"{_short(frame.file) if short else frame.file}:{frame.line} in {frame.function}"
+
+
+def failure_fields(failure: ParsedFailure, path: str, default_process: str) -> dict[str, Any]:
+    """The rule-facing view of one failure (field names in BASE_FACTS["failure"])."""
+    innermost = failure.frames[-1] if failure.frames else None
+    user = failure.user_frame
+    inner_first = list(reversed(failure.frames))[:MAX_TRACE_FRAMES]
+    message = failure.message[:500]
+    return {
+        "kind": failure.kind,
+        "type": failure.type,
+        "qualname": failure.qualname,
+        "wrapper": failure.wrapper,
+        "message": message,
+        "detail": failure.detail,
+        "summary": f"{failure.qualname}: {message} {failure.detail}".strip()[:1600],
+        "package": failure.package or None,
+        "packages": " ".join(dict.fromkeys(f.package for f in inner_first)),
+        "trace": " ".join(f"{_short(f.file)}:{f.function}" for f in inner_first),
+        # The source lines closest to the failure: the innermost frames' code, or lines pasted without frames.
+        "code": " | ".join([*(f.code for f in inner_first[:3] if f.code), *(t.strip() for _n, t in failure.context_lines)])[:600],
+        "frame": _where(innermost) if innermost else None,
+        "frame_function": innermost.function if innermost else None,
+        "user_frame": _where(user, short=False) if user else None,
+        "user_function": user.function if user else None,
+        "signal": failure.signal,
+        "exit_code": failure.exit_code,
+        "process": failure.process or default_process,
+        "chain": failure.chain,
+        "position": failure.position,
+        "root": failure.position == 0,
+        "secondary": failure.secondary,
+        "ignored": failure.ignored,
+        "path": path,
+        "line": failure.line,
+        "text": failure.text[:2000],
+    }
+
+
+def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Evidence, ...]:
+    """The failure line and what locates it: its message's next lines, the source lines pasted with
+    it, and the innermost frame and the innermost frame of the user's own code, with their code."""
+    lines: list[tuple[int, str]] = [(failure.line, failure.text), *failure.detail_lines[:2], *failure.context_lines[-2:]]
+    for frame in (failure.frames[-1] if failure.frames else None, failure.user_frame):
+        if frame is not None:
+            lines.append((frame.log_line, frame.log_text))
+            if frame.code_line is not None:
+                lines.append((frame.code_line, frame.code_text))
+    seen: set[int] = set()
+    out: list[Evidence] = []
+    for number, text in lines:
+        if number not in seen and len(out) < 8:
+            seen.add(number)
+            out.append(Evidence(path=path, line=number, text=text[:2000], signature="failure"))
+    return tuple(out)
+
+
+def failure_facts(scan: FileScan) -> list[BaseFact]:
+    """One fact per distinct failure of a file (the same failure printed by several ranks is one fact,
+    counted), with whether it ends its exception chain."""
+    last_position: dict[int, int] = {}
+    for failure in scan.failures:
+        last_position[failure.chain] = max(failure.position, last_position.get(failure.chain, 0))
+    default_process = process_of(scan.path)
+    facts: list[BaseFact] = []
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    processes: dict[tuple[Any, ...], set[str]] = {}
+    for failure in scan.failures:
+        fields = failure_fields(failure, scan.path, default_process)
+        fields["terminal"] = failure.position == last_position[failure.chain]
+        key = (fields["kind"], fields["type"], failure_template(fields["message"]), fields["frame_function"], fields["signal"], fields["terminal"])
+        known = by_key.get(key)
+        if known is not None:
+            known["count"] += 1
+            processes[key].add(str(fields["process"]))
+            known["processes"] = len(processes[key])
+            continue
+        fields["count"] = 1
+        fields["processes"] = 1
+        by_key[key] = fields
+        processes[key] = {str(fields["process"])}
+        facts.append(BaseFact("failure", fields, failure_evidence(failure, scan.path)))
     return facts

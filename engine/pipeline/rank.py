@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base.contract import Evidence, Suppressed
-from ..base.vocabulary import STAGE_ORDER, STALL_BUCKETS, Bucket, Stage, Symptom
+from ..base.vocabulary import STAGE_ORDER, STALL_BUCKETS, Bucket, Role, Stage, Symptom
 from ..infer.fact import Fact
 from ..infer.results import Inference
 from ..kb.knowledge import KnowledgeBase
@@ -73,12 +73,15 @@ def rank(kb: KnowledgeBase, inference: Inference) -> Ranking:
     contributions: dict[str, dict[str, float]] = {}
     evidence: dict[str, list[Evidence]] = {}
     first_bindings: dict[str, Mapping[str, Mapping[str, Any]]] = {}
+    anchors: dict[str, set[tuple[str, int]]] = {}  # the line each firing of a cause's own rule is about
     for firing in inference.firings:
         if firing.cause is None or firing.weight is None:
             continue
         contributions.setdefault(firing.cause, {}).setdefault(firing.rule, firing.weight)
         if firing.rule == firing.cause and firing.cause not in first_bindings:
             first_bindings[firing.cause] = firing.bindings
+        if firing.rule == firing.cause and firing.evidence:
+            anchors.setdefault(firing.cause, set()).add((firing.evidence[0].path, firing.evidence[0].line))
         bucket = evidence.setdefault(firing.cause, [])
         for ev in firing.evidence:
             if len(bucket) < MAX_EVIDENCE and all((e.path, e.line) != (ev.path, ev.line) for e in bucket):
@@ -120,7 +123,9 @@ def rank(kb: KnowledgeBase, inference: Inference) -> Ranking:
                 blocking=model.blocking,
             )
         )
-    causes.sort(key=lambda c: (-c.score, -(kb.rule(c.rule).model.priority if kb.rule(c.rule) else 0), c.rule))  # type: ignore[union-attr]
+    causes = _without_covered(kb, causes, anchors)
+    _add_failure_context(inference, causes)
+    causes.sort(key=lambda c: (-c.score, _tier(kb, c.rule), -_priority(kb, c.rule), c.rule))
 
     symptom = _symptom(kb, inference, causes)
     primary: Bucket | None = None
@@ -132,9 +137,62 @@ def rank(kb: KnowledgeBase, inference: Inference) -> Ranking:
     return Ranking(causes, symptom, primary, sorted(suppressed, key=lambda s: s.target), _choose_boundary(inference))
 
 
+# Tiers of causes: what the knowledge base knows about a mechanism, then what the generic failure
+# layer concludes from a failure's shape, then the fallback for a failure nothing recognises.
+_TIERS = {Role.generic: 1, Role.fallback: 2}
+
+
+def _tier(kb: KnowledgeBase, rule_id: str) -> int:
+    loaded = kb.rule(rule_id)
+    return _TIERS.get(loaded.model.role, 0) if loaded is not None else 0
+
+
+def _priority(kb: KnowledgeBase, rule_id: str) -> int:
+    loaded = kb.rule(rule_id)
+    return loaded.model.priority if loaded is not None else 0
+
+
+def _without_covered(kb: KnowledgeBase, causes: list[RankedCause], anchors: dict[str, set[tuple[str, int]]]) -> list[RankedCause]:
+    """One failure, one explanation, the most specific: drop a generic cause whose every failure a
+    specific cause already explains, and the fallback whenever any other cause explains the run (the
+    failures it is about stay listed among the unexplained lines)."""
+    cited: set[tuple[str, int]] = set()
+    for cause in causes:
+        if _tier(kb, cause.rule) == 0:
+            cited.update((e.path, e.line) for e in cause.evidence)
+    explained_elsewhere = any(_tier(kb, c.rule) < 2 for c in causes)
+    kept = []
+    for cause in causes:
+        tier = _tier(kb, cause.rule)
+        own = anchors.get(cause.rule, set())
+        if tier == 1 and own and own <= cited:
+            continue
+        if tier == 2 and explained_elsewhere:
+            continue
+        kept.append(cause)
+    return kept
+
+
+def _add_failure_context(inference: Inference, causes: list[RankedCause]) -> None:
+    """A cause that cites a failure's line also cites what locates it (its frames and code lines)."""
+    by_line = {(f.get("path"), f.get("line")): f for f in inference.facts_of("failure")}
+    for cause in causes:
+        for ev in list(cause.evidence):
+            failure = by_line.get((ev.path, ev.line))
+            if failure is None:
+                continue
+            for extra in failure.evidence:
+                if len(cause.evidence) < MAX_EVIDENCE and all((e.path, e.line) != (extra.path, extra.line) for e in cause.evidence):
+                    cause.evidence.append(extra)
+
+
+# Symptom facts of at least this weight decide the symptom; weaker ones (a crash inferred from a
+# failure's shape alone) yield to the symptom the top cause's rule declares.
+DECISIVE_SYMPTOM = 1.0
+
+
 def _symptom(kb: KnowledgeBase, inference: Inference, causes: list[RankedCause]) -> Symptom:
-    best: tuple[float, int] | None = None
-    chosen: Symptom | None = None
+    best: dict[bool, tuple[tuple[float, int], Symptom]] = {}
     for fact in inference.facts_of("symptom"):
         try:
             name = Symptom(fact.get("name"))
@@ -142,13 +200,16 @@ def _symptom(kb: KnowledgeBase, inference: Inference, causes: list[RankedCause])
             continue
         weight = float(fact.get("weight") or 1.0)
         key = (weight, -SYMPTOM_PRECEDENCE.index(name) if name in SYMPTOM_PRECEDENCE else -99)
-        if best is None or key > best:
-            best, chosen = key, name
-    if chosen is not None:
-        return chosen
-    if not causes:
-        return Symptom.none
-    top = kb.rule(causes[0].rule)
+        decisive = weight >= DECISIVE_SYMPTOM
+        if decisive not in best or key > best[decisive][0]:
+            best[decisive] = (key, name)
+    if True in best:
+        return best[True][1]
+    top = kb.rule(causes[0].rule) if causes else None
     if top is not None and top.model.symptom is not None:
         return top.model.symptom
+    if False in best:
+        return best[False][1]
+    if not causes:
+        return Symptom.none
     return Symptom.hang if causes[0].bucket in STALL_BUCKETS else Symptom.error_at_startup

@@ -16,7 +16,7 @@ from ..inputs.discover import Warning, discover, sort_key
 from ..kb.knowledge import KnowledgeBase
 from ..kb.load import load_knowledge_base
 from .assemble import build_diagnosis
-from .facts import echo_facts, hit_facts, run_facts, stack_facts
+from .facts import echo_facts, failure_facts, hit_facts, run_facts, stack_facts
 from .progress import tracked
 from .rank import Ranking, rank
 from .read import read_sources
@@ -67,6 +67,7 @@ def analyse(
     for scan in scans:
         facts.extend(hit_facts(scan))
         facts.extend(echo_facts(scan))
+        facts.extend(failure_facts(scan))
     facts.extend(parsed)
     inference = get_engine(engine).run(kb.program, facts)
     ranking = rank(kb, inference)

@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..base.values import convert
 from ..base.vocabulary import InputKind, ValueType
+from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
 
@@ -130,11 +132,32 @@ class FileScan:
     warnings: list[str] = field(default_factory=list)
     unexplained: dict[str, Unexplained] = field(default_factory=dict)
     stack_headers: list[int] = field(default_factory=list)
+    failures: list[ParsedFailure] = field(default_factory=list)
 
 
 # Lines that look like failures. Matched only on lines the prefilter already picked up through the
 # failure words below, so the cost is per candidate line.
 FAILURE_WORDS = (b"ERROR", b"FATAL", b"Exception", b"Error", b"failed", b"Failed")
+# What ends a process without an exception line: signals and exit codes as shells, launchers and
+# schedulers print them, C++ terminations and fatal interpreter errors.
+FATAL_WORDS = (
+    b"Killed", b"Segmentation fault", b"Aborted", b"Bus error", b"Illegal instruction", b"Floating point exception",
+    b"exitcode", b"exit code", b"exit status", b"Exited with", b"terminate called", b"received at time=",
+    b"received by PID", b"Caught signal", b"Exit", b"Interrupt", b"Fault", b"TimeoutExpired", b"TooLarge",
+)
+# A line that may end a failure record: an exception line, a C++ termination, a fatal signal or an
+# exit code. Cheap and loose on purpose: it only decides which lines are kept with their context for
+# the failure parser (inputs/failures.py), which knows the exact shapes.
+FAILURE_TRIGGER = re.compile(
+    r"(?:Error|Exception|Exit|Interrupt|Fault|Failure|TimeoutExpired|TooLarge|Unavailable|NotFound)\w*(?:\([\w.]+\))?(?::|\s*$)"
+    r"|terminate called|Fatal Python error|exitcode|exit (?:code|status)|Exited with|Killed|Segmentation fault|Aborted"
+    r"|Bus error|Illegal instruction|Floating point exception|received at time=|received by PID|Caught signal"
+)
+FAILURE_BEFORE = 120  # lines kept before a failure line: the traceback that leads to it
+FAILURE_AFTER = 20  # and after it: continuation lines, `what():`, torchelastic's failure table
+FAILURE_BYTES = 64 * 1024  # at most this much text is looked back over
+FAILURE_TEXT = 1000  # context lines are cut to this many characters
+FAILURE_WINDOWS = (32, 96)  # windows kept from the start and from the end of a file
 FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
 STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
 STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
@@ -157,6 +180,76 @@ def failure_template(text: str) -> str:
     for pattern, replacement in _MASKS:
         template = pattern.sub(replacement, template)
     return template[:200]
+
+
+class FailureWindows:
+    """The lines around failure-looking lines, gathered while a file streams by.
+
+    Windows from the start of the file and the most recent ones are kept (a process's own failure is
+    usually the last thing it prints), so memory stays bounded whatever the file's size.
+    """
+
+    def __init__(self) -> None:
+        self.first: list[list[tuple[int, str]]] = []
+        self.last: deque[list[tuple[int, str]]] = deque(maxlen=FAILURE_WINDOWS[1])
+        self.covered = 0  # the last line number any window holds
+        self.pending = 0  # lines still wanted after the previous chunk's last window
+        self.previous: list[tuple[int, bytes]] = []  # the previous chunk's last lines
+
+    def add(self, chunk: bytes, start: int, end: int, number: int) -> None:
+        """Keep the window around chunk[start:end], which is line `number` (1-based)."""
+        low = max(0, start - FAILURE_BYTES)
+        before = chunk[low:start].split(b"\n")[:-1]
+        if low > 0:
+            before = before[1:]  # the first piece starts mid-line
+        numbered = [(number - len(before) + i, raw) for i, raw in enumerate(before)]
+        if low == 0:
+            numbered = self.previous + numbered
+        stop = min(len(chunk), end + 1 + FAILURE_BYTES)
+        after = chunk[end + 1 : stop].split(b"\n") if end + 1 < stop else []
+        if stop < len(chunk) or (after and not after[-1]):
+            after = after[:-1]  # cut mid-line, or the empty piece after the chunk's last newline
+        after = after[:FAILURE_AFTER]
+        self.pending = FAILURE_AFTER - len(after) if stop == len(chunk) else 0
+        lines = [*numbered[-FAILURE_BEFORE:], (number, chunk[start:end]), *((number + 1 + i, raw) for i, raw in enumerate(after))]
+        window = [(n, raw[: MAX_TEXT if n == number else FAILURE_TEXT].decode("utf-8", "replace")) for n, raw in lines if n > self.covered]
+        if window:
+            self._keep(window)
+
+    def _keep(self, window: list[tuple[int, str]]) -> None:
+        self.covered = window[-1][0]
+        latest = self.last[-1] if self.last else (self.first[-1] if self.first else None)
+        if latest is not None and window[0][0] <= latest[-1][0] + 1:
+            latest.extend(window)  # contiguous with the previous window: one record
+        elif len(self.first) < FAILURE_WINDOWS[0]:
+            self.first.append(window)
+        else:
+            self.last.append(window)
+
+    def chunk_start(self, chunk: bytes, base_line: int) -> None:
+        """Give a window cut short by the previous chunk's end the lines that follow it."""
+        if self.pending and self.covered == base_line:
+            head = chunk.split(b"\n", self.pending)[: self.pending]
+            self._keep([(base_line + 1 + i, raw[:FAILURE_TEXT].decode("utf-8", "replace")) for i, raw in enumerate(head)])
+        self.pending = 0
+
+    def chunk_done(self, chunk: bytes, last_line: int) -> None:
+        """Remember the chunk's last lines (the last is line `last_line`) for a window that starts at
+        the top of the next chunk."""
+        tail = chunk[-FAILURE_BYTES:].split(b"\n")
+        if chunk.endswith(b"\n"):
+            tail = tail[:-1]
+        if len(chunk) > FAILURE_BYTES:
+            tail = tail[1:]
+        tail = tail[-FAILURE_BEFORE:]
+        self.previous = [(last_line - len(tail) + 1 + i, raw) for i, raw in enumerate(tail)]
+
+    def lines(self) -> list[tuple[int, str]]:
+        merged: dict[int, str] = {}
+        for window in [*self.first, *self.last]:
+            for number, text in window:
+                merged.setdefault(number, text)
+        return sorted(merged.items())
 
 
 _CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
@@ -193,7 +286,7 @@ class Scanner:
             (literal.encode("utf-8"), ignore_case, literal) for literal, ignore_case in sorted(literals, key=lambda key: (-len(key[0]), key))
         ]
         pieces += [(key.encode(), False, None) for key in self.config_keys]
-        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *STACK_HEADERS)]
+        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS)]
         self.prefilter = make_prefilter(pieces) if pieces else None
         # Which signatures a candidate line can match: every literal found in it. Hyperscan reports
         # every occurrence of every literal; the regex alternation reports one literal per position
@@ -222,6 +315,7 @@ class Scanner:
 
     def scan(self, display: str, kind: InputKind, stream: ByteStream) -> FileScan:
         result = FileScan(display, kind)
+        windows = FailureWindows()
         line_no = 0  # number of newlines consumed before the current buffer
         carry = b""
         tail = b""
@@ -239,21 +333,25 @@ class Scanner:
                     long_line_warned = True
             chunk, carry = buffer[:cut], buffer[cut:]
             if chunk:
-                line_no += self._scan_chunk(chunk, line_no, kind, result)
+                windows.chunk_start(chunk, line_no)
+                line_no += self._scan_chunk(chunk, line_no, kind, result, windows)
+                windows.chunk_done(chunk, line_no if chunk.endswith(b"\n") else line_no + 1)
                 tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
         if carry:
-            self._scan_chunk(carry, line_no, kind, result)
+            windows.chunk_start(carry, line_no)
+            self._scan_chunk(carry, line_no, kind, result, windows)
             line_no += 1
             tail = (tail + carry)[-65536:]
         result.lines = line_no
         result.last_timestamp = _last_timestamp(tail)
+        result.failures = parse_failures(windows.lines())
         for tally in result.tallies.values():
             for record in (tally.first, *tally.samples, tally.last):
                 if record is not None:
                     record.resolve()
         return result
 
-    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan) -> int:
+    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows) -> int:
         """Match the chunk's candidate lines; returns the chunk's number of newlines (each byte is
         counted once)."""
         if self.prefilter is None and not self.unfiltered:
@@ -269,6 +367,8 @@ class Scanner:
             raw = chunk[start:end]
             line = raw.decode("utf-8", "replace")
             self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
+            if FAILURE_TRIGGER.search(line):
+                windows.add(chunk, start, end, line_no + 1)
         return line_no - base_line + chunk.count(b"\n", counted_to)
 
     def _signatures_for(self, found: list[str], line: str) -> list[CompiledSignature]:

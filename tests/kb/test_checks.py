@@ -84,7 +84,7 @@ def test_roles_must_do_what_they_name(tmp_path: Path) -> None:
     assert messages["a.yaml"] == "a guard must suppress a bucket or a cause"
     assert messages["b.yaml"] == "a stage rule must derive stage_seen or stage facts"
     assert messages["c.yaml"].startswith("a evidence rule must conclude a cause")
-    assert messages["d.yaml"].startswith("the rule concludes a cause; its role must be evidence, contract or generic")
+    assert messages["d.yaml"].startswith("the rule concludes a cause; its role must be evidence, contract, generic or fallback")
     assert "e.yaml" not in messages and "f.yaml" not in messages  # generic is reserved, and accepted
 
 
@@ -97,7 +97,7 @@ def test_an_unknown_role_is_a_schema_error(tmp_path: Path) -> None:
 def test_the_shipped_rules_use_their_roles() -> None:
     kb = rltriage.load_knowledge_base()
     roles = {loaded.model.role for loaded in kb.rules}
-    assert roles == set(Role) - {Role.generic}
+    assert roles == set(Role)
     assert all(r.model.role is Role.contract for r in kb.rules if r.model.blocking)
     assert all(r.model.concludes == (r.model.role in CAUSE_ROLES) for r in kb.rules)
     assert list(check_roles(kb)) == []  # the whole of lint runs in tests/test_kb_meta.py

@@ -1,0 +1,208 @@
+"""The failure parser on the shapes real logs have."""
+
+from __future__ import annotations
+
+import pytest
+
+from rltriage.inputs.failures import ParsedFailure, package_of, parse_failures, signal_of_code
+
+
+def parse(text: str) -> list[ParsedFailure]:
+    return parse_failures(list(enumerate(text.splitlines(), start=1)))
+
+
+def test_chained_traceback_keeps_both_exceptions_in_one_chain() -> None:
+    failures = parse(
+        """Traceback (most recent call last):
+  File "/opt/venv/lib/python3.11/site-packages/urllib3/connection.py", line 174, in _new_conn
+    conn = connection.create_connection(
+OSError: [Errno 101] Network is unreachable
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/home/user/train.py", line 12, in <module>
+    model = AutoModel.from_pretrained(name)
+  File "/opt/venv/lib/python3.11/site-packages/transformers/utils/hub.py", line 441, in cached_file
+    raise EnvironmentError(
+OSError: We couldn't connect to 'https://huggingface.co' to load this file."""
+    )
+    assert [(f.type, f.position, f.link) for f in failures] == [("OSError", 0, None), ("OSError", 1, "cause")]
+    first, last = failures
+    assert first.chain == last.chain
+    assert first.package == "urllib3" and first.frames[0].code == "conn = connection.create_connection("
+    assert last.package == "transformers"
+    assert last.user_frame is not None and last.user_frame.file == "/home/user/train.py" and last.user_frame.line == 12
+    assert last.line == 13 and last.message.startswith("We couldn't connect")
+
+
+def test_rank_prefixes_name_the_process_and_do_not_hide_frames() -> None:
+    failures = parse(
+        """[rank3]: Traceback (most recent call last):
+[rank3]:   File "/work/grpo.py", line 88, in reward_fn
+[rank3]:     return float(row["solution"])
+[rank3]: KeyError: 'solution'"""
+    )
+    (failure,) = failures
+    assert failure.process == "rank3"
+    assert failure.type == "KeyError" and failure.message == "'solution'"
+    assert [f.function for f in failure.frames] == ["reward_fn"]
+    assert failure.frames[0].code == 'return float(row["solution"])'
+
+
+def test_ray_prefixes_and_wrapped_exceptions() -> None:
+    failures = parse(
+        """(WorkerDict pid=2210, ip=10.0.0.3) Traceback (most recent call last):
+(WorkerDict pid=2210, ip=10.0.0.3)   File "/opt/verl/verl/workers/fsdp_workers.py", line 701, in compute_log_prob
+(WorkerDict pid=2210, ip=10.0.0.3)     output = self.actor.compute_log_prob(data=data)
+(WorkerDict pid=2210, ip=10.0.0.3) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.
+ray.exceptions.RayTaskError(OutOfMemoryError): ray::WorkerDict.actor_rollout_compute_log_prob() (pid=2210, ip=10.0.0.3)"""
+    )
+    oom, wrapped = failures
+    assert oom.process == "WorkerDict pid=2210"
+    assert oom.type == "OutOfMemoryError" and oom.qualname == "torch.OutOfMemoryError"
+    assert oom.package == "verl"  # a checkout of a known project, not site-packages
+    assert wrapped.wrapper == "RayTaskError" and wrapped.type == "OutOfMemoryError"
+
+
+def test_vllm_logger_headers_on_every_line() -> None:
+    failures = parse(
+        """ERROR 06-03 23:13:39 worker_base.py:148] Traceback (most recent call last):
+ERROR 06-03 23:13:39 worker_base.py:148]   File "/usr/lib/python3.10/site-packages/vllm/worker/worker_base.py", line 140, in execute_method
+ERROR 06-03 23:13:39 worker_base.py:148]     return executor(*args, **kwargs)
+ERROR 06-03 23:13:39 worker_base.py:148] RuntimeError: NCCL error: unhandled system error"""
+    )
+    (failure,) = failures
+    assert failure.package == "vllm" and failure.frames[0].function == "execute_method"
+    assert failure.message == "NCCL error: unhandled system error"
+
+
+def test_traceback_flattened_onto_one_line() -> None:
+    (failure,) = parse(
+        'Traceback (most recent call last): File "/home/u/run.py", line 3, in <module> main() '
+        'File "/home/u/run.py", line 2, in main raise ValueError("bad") ValueError: num_generations must divide the batch'
+    )
+    assert failure.type == "ValueError" and failure.message == "num_generations must divide the batch"
+    assert [f.function for f in failure.frames] == ["<module>", "main"]
+    assert failure.frames[1].code == 'raise ValueError("bad")'
+
+
+def test_windows_paths() -> None:
+    (failure,) = parse(
+        """Traceback (most recent call last):
+  File "C:\\Users\\me\\miniconda3\\Lib\\site-packages\\torch\\cuda\\__init__.py", line 284, in _lazy_init
+    raise AssertionError("Torch not compiled with CUDA enabled")
+AssertionError: Torch not compiled with CUDA enabled"""
+    )
+    assert failure.package == "torch"
+    assert package_of("C:\\Users\\me\\proj\\train.py") == "user"
+
+
+def test_cpp_terminate_and_what() -> None:
+    (failure,) = parse(
+        """terminate called after throwing an instance of 'c10::DistBackendError'
+  what():  [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE)"""
+    )
+    assert failure.kind == "cpp" and failure.type == "DistBackendError" and failure.qualname == "c10::DistBackendError"
+    assert failure.message.startswith("[Rank 0] Watchdog caught") and failure.signal is None
+
+
+@pytest.mark.parametrize(
+    ("line", "signal", "code"),
+    [
+        ("Fatal Python error: Segmentation fault", "SIGSEGV", None),
+        ("train.sh: line 7: 41311 Killed                  python train.py", "SIGKILL", None),
+        ("Segmentation fault (core dumped)", "SIGSEGV", None),
+        ("srun: error: node-3: task 0: Killed", "SIGKILL", None),
+        ("  exitcode  : -9 (pid: 4242)", "SIGKILL", -9),
+        ("E0101 10:00:00.000000 77 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) local_rank: 0 (pid: 88) of binary: /usr/bin/python", "SIGABRT", -6),
+        ("  traceback : Signal 9 (SIGKILL) received by PID 4242", "SIGKILL", None),
+        ("Process exited with exit code 137", "SIGKILL", 137),
+        ("*** SIGSEGV received at time=1700000000 on cpu 3 ***", "SIGSEGV", None),
+    ],
+)
+def test_fatal_signals_and_exit_codes(line: str, signal: str, code: int | None) -> None:
+    (failure,) = parse(line)
+    assert failure.signal == signal
+    assert failure.exit_code == code
+
+
+def test_signal_reported_inside_an_exception_message() -> None:
+    (killed,) = parse("RuntimeError: DataLoader worker (pid 22358) is killed by signal: Killed.")
+    (bus,) = parse("RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory.")
+    assert killed.signal == "SIGKILL" and bus.signal == "SIGBUS"
+
+
+def test_exit_without_signal_is_secondary() -> None:
+    (failure,) = parse("srun: error: node-1: task 0: Exited with exit code 1")
+    assert failure.kind == "exit" and failure.exit_code == 1 and failure.signal is None and failure.secondary
+
+
+def test_ignored_exceptions_and_launcher_wrappers() -> None:
+    failures = parse(
+        """Exception ignored in: <function Engine.__del__ at 0x7f00>
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.10/site-packages/deepspeed/ops/adam/cpu_adam.py", line 102, in __del__
+    self.ds_opt_adam.destroy_adam(self.opt_id)
+AttributeError: 'DeepSpeedCPUAdam' object has no attribute 'ds_opt_adam'
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError: """
+    )
+    ignored, launcher = failures
+    assert ignored.ignored and not launcher.ignored
+    assert launcher.secondary and not ignored.secondary
+
+
+def test_ipython_tracebacks() -> None:
+    (failure,) = parse(
+        """RuntimeError                              Traceback (most recent call last)
+Cell In[7], line 20
+     18 )
+---> 20 trainer = SFTTrainer(
+     21     model=model,
+
+File ~/miniconda3/envs/u/lib/python3.12/site-packages/datasets/arrow_dataset.py:3173, in Dataset.map(self, function)
+   3171 if len(kwargs_per_job) > 0:
+-> 3173     for rank, done, content in iflatmap_unordered(pool, Dataset._map_single):
+
+RuntimeError: One of the subprocesses has abruptly died during map operation."""
+    )
+    assert failure.type == "RuntimeError"
+    assert [f.function for f in failure.frames] == ["<cell>", "Dataset.map"]
+    assert failure.frames[0].code == "trainer = SFTTrainer("
+    assert failure.package == "datasets"
+
+
+def test_source_lines_pasted_without_frames_are_kept_as_context() -> None:
+    (failure,) = parse(
+        """    rewards_per_func[:, i] = torch.tensor(output_reward_func, dtype=torch.float32)
+TypeError: must be real number, not NoneType"""
+    )
+    assert [text.strip() for _n, text in failure.context_lines] == ["rewards_per_func[:, i] = torch.tensor(output_reward_func, dtype=torch.float32)"]
+
+
+def test_message_continuation_lines() -> None:
+    (failure,) = parse(
+        """ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0.
+Your Tesla V100-SXM2-32GB GPU has compute capability 7.0.
+INFO 01-01 10:00:00 [core.py:1] next record"""
+    )
+    assert failure.detail == "Your Tesla V100-SXM2-32GB GPU has compute capability 7.0."
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "    raise ValueError(f'bad {x}')",
+        "/opt/venv/lib/python3.10/site-packages/torch/utils.py:44: UserWarning: this is deprecated",
+        "ERROR: Could not find a version that satisfies the requirement flash-attn",
+        "2024-01-01 12:00:00 INFO retrying after ValueError: transient",
+        "KeyError",
+        "except ValueError:",
+    ],
+)
+def test_lines_that_are_not_failures(text: str) -> None:
+    assert parse(text) == []
+
+
+def test_signal_of_code() -> None:
+    assert signal_of_code(-9) == "SIGKILL" and signal_of_code(139) == "SIGSEGV" and signal_of_code(1) is None
