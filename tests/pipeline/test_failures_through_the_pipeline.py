@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import re
 from functools import cache
+
 import pytest
 
 import rltriage
