@@ -67,26 +67,7 @@ PHASE_PROVES = {
 }
 
 # Shipped fixtures that break a property today: (property, fixture) -> why.
-_CITES_PRECONDITION = (
-    "the specific rule cites the line that explains the failure but not the failure's own line, and "
-    "the fallback that would cite it is dropped because a specific cause explains the run"
-)
-KNOWN: dict[tuple[str, str], str] = {
-    ("a", "disagg/weight_sync_bucket_failed"): _CITES_PRECONDITION + " (cites the ERROR line and the Traceback header, not the RuntimeError)",
-    ("a", "gpu/driver_too_old"): _CITES_PRECONDITION + " (cites the UserWarning about the driver, not the RuntimeError)",
-    ("a", "kernels/bnb_override"): _CITES_PRECONDITION + " (cites the BNB_CUDA_VERSION lines, not the AttributeError)",
-    ("a", "kernels/triton_ld_lcuda"): _CITES_PRECONDITION + " (cites the linker line, not the CalledProcessError)",
-    ("a", "ray/autoscaler_proxy"): _CITES_PRECONDITION + " (cites the gRPC status lines after the _InactiveRpcError, not the exception line)",
-    ("a", "slurm/pyxis_enroot_permission"): _CITES_PRECONDITION + " (cites pyxis' lines, not srun's `Exited with exit code 1`)",
-    ("a", "slurm/pyxis_import_all_failed"): _CITES_PRECONDITION + " (cites pyxis' lines, not the exit code)",
-    ("a", "tokenizer/multiturn_template_prefix"): _CITES_PRECONDITION + " (cites the line before the AssertionError)",
-    ("a", "torch/nccl_setup_hang"): _CITES_PRECONDITION + " (cites the watchdog lines, not the C++ DistBackendError termination or the SIGABRTs)",
-    ("a", "torch/scalar_sync_rank0_save"): _CITES_PRECONDITION + " (cites the watchdog line, not the C++ termination)",
-    ("b", "dataloader/batch_timeout"): (
-        "the boundary's evidence includes the progress bar redrawn at the timeout, so the silence is "
-        "measured from the last line and rounds to 0 s"
-    ),
-}
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 @cache
