@@ -70,6 +70,7 @@ _KEY_EDGE = b"PRIVATE KEY-----"
 _ROLE_ORDER = {"driver": 0, "log": 1, "rank": 2, "worker": 3, "engine": 4, "process": 5, "dump": 6}
 _ENGINE_NAME = re.compile(r"vllm|sglang|llm|engine|rollout", re.IGNORECASE)
 _ACTOR_PID = re.compile(r" pid=(\d+)$")
+_ALSO_RANK = re.compile(r"^[(\[][^)\]]{0,200}[)\]] ?\[rank(\d+)\]:")
 _WORKER_FILE_PID = re.compile(r"[-_](\d+)\.(?:err|out|log)$")
 
 
@@ -88,6 +89,7 @@ class Mark:
     placed: str = "time"  # time | lines (by line order) | end (a dump without a time)
     anchor: str | None = None  # id of its line in the excerpts, when embedded
     primary: bool = False
+    where: str = ""  # `rank3.log:812`: the shortest path suffix that names the file among the inputs
 
 
 @dataclass
@@ -114,6 +116,7 @@ class Row:
     last_line: Mark | None = None
     waits_in: str | None = None
     progress: str | None = None
+    aka: list[str] = field(default_factory=list)  # the Ray actors this process also goes by
     flags: list[str] = field(default_factory=list)  # boundary | first-failure | silent-first | odd-one-out
     failed: bool = False
 
@@ -203,6 +206,7 @@ class _FileRead:
     processes: dict[str, _Process] = field(default_factory=dict)
     wanted: dict[int, _Line] = field(default_factory=dict)
     kept: dict[int, str] = field(default_factory=dict)
+    ranks: dict[str, str] = field(default_factory=dict)  # an actor → the rank its lines also name
 
 
 def clean(text: str) -> str:
@@ -283,8 +287,13 @@ def read_file(
                 number += 1
                 process = own
                 if track and raw[:1] in _PREFIX_START:
-                    _stripped, named = strip_headers(raw[:300].decode("utf-8", "replace"))
+                    head = raw[:300].decode("utf-8", "replace")
+                    _stripped, named = strip_headers(head)
                     if named is not None:
+                        if named not in out.ranks and not named.startswith("rank"):
+                            also = _ALSO_RANK.search(head)
+                            if also is not None:  # `(RayWorkerWrapper pid=3310) [rank12]:` is rank12
+                                out.ranks[named] = f"rank{also.group(1)}"
                         found = processes.get(named)
                         if found is None and len(processes) < MAX_PROCESSES_PER_FILE:
                             found = processes[named] = _Process(named)
@@ -509,6 +518,7 @@ class _Builder:
         self.span: float | None = None
         self.clock = "lines"
         self.alias = self._aliases()
+        self.short = _labels(sorted(reads))
 
     def _aliases(self) -> dict[str, str]:
         """A Ray worker's own file (`worker-<id>-<pid>.err`) and the lines a driver shows with its
@@ -520,6 +530,8 @@ class _Builder:
                 if match:
                     actors.setdefault(match.group(1), set()).add(name)
         alias: dict[str, str] = {}
+        for read in self.logs.values():
+            alias.update(read.ranks)
         for path in self.logs:
             if self.kind_of[path] in (InputKind.ray_worker_err, InputKind.ray_worker_out):
                 match = _WORKER_FILE_PID.search(path)
@@ -529,11 +541,13 @@ class _Builder:
         return alias
 
     def resolve(self, process: str) -> str:
-        return self.alias.get(process, process)
+        for _ in range(3):  # a worker's file → its actor → the rank it runs
+            process = self.alias.get(process, process)
+        return process
 
     # rows and axis
 
-    def _row(self, row_id: str, path: str, own: bool) -> Row:
+    def _row(self, row_id: str, path: str, own: bool, name: str | None = None) -> Row:
         found = self.rows.get(row_id)
         if found is None:
             found = self.rows[row_id] = Row(row_id, row_id, "", [])
@@ -541,6 +555,8 @@ class _Builder:
             self.own[row_id] = own
         if path not in found.paths:
             found.paths.append(path)
+        if name is not None and name != row_id and " pid=" in name and name not in found.aka:
+            found.aka.append(name)
         self.kinds[row_id].add(self.kind_of[path])
         self.own[row_id] = self.own[row_id] or own
         return found
@@ -563,9 +579,9 @@ class _Builder:
                 row_id = self.resolve(process.id)
                 if dump:
                     if process.id != default or not named.get(path) or row_id in named[path]:
-                        self._row(row_id, path, process.id == default)
+                        self._row(row_id, path, process.id == default, process.id)
                     continue  # a dump's lines are py-spy's, not the process's: its stack is its mark
-                self._row(row_id, path, process.id == default)
+                self._row(row_id, path, process.id == default, process.id)
                 self.activity.setdefault(row_id, []).append((path, process))
             for name in sorted(named.get(path, ())):
                 self._row(name, path, name == default)
@@ -598,7 +614,8 @@ class _Builder:
     def mark(self, kind: str, path: str, line: int, label: str, text: str, time: float | None) -> Mark:
         pos, placed = self.place(path, line, time)
         scrub = self.scrub
-        return Mark(kind, scrub(clean(path)), line, scrub(clean(label))[:200], scrub(text), time, pos, placed, self.anchors.get((path, line)))
+        where = scrub(clean(f"{self.short.get(path, path)}:{line}"))
+        return Mark(kind, scrub(clean(path)), line, scrub(clean(label))[:200], scrub(text), time, pos, placed, self.anchors.get((path, line)), where=where)
 
     def at(self, time: float | None) -> str:
         """` at +12:05` on a timed axis."""
@@ -753,6 +770,7 @@ class _Builder:
             ordered = [r for r in ordered if id(r) in kept]
         for found in ordered:
             found.id = self.scrub(clean(found.id))
+            found.aka = [self.scrub(clean(name)) for name in found.aka]
         notes = []
         if self.clock == "lines":
             notes.append("No timestamps in the inputs: each row is placed by line order within its own file.")
