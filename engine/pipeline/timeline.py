@@ -66,6 +66,7 @@ _PREFIX_START = (b"[", b"(", b"\x1b")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _BAR_COUNT = re.compile(BAR_COUNT)
 _MARKER = b"[rltriage] stage="
+_CLOCK = re.compile(rb"\d\d:\d\d:\d\d")  # every timestamp `timestamp()` reads has one: the cheap test first
 _KEY_EDGE = b"PRIVATE KEY-----"
 _ROLE_ORDER = {"driver": 0, "log": 1, "rank": 2, "worker": 3, "engine": 4, "process": 5, "dump": 6}
 _ENGINE_NAME = re.compile(r"vllm|sglang|llm|engine|rollout", re.IGNORECASE)
@@ -299,7 +300,7 @@ def read_file(
                             found = processes[named] = _Process(named)
                         process = found or own
                 special = _MARKER in raw or b"%|" in raw
-                if number % stride == 0 or special or number == next_wanted:
+                if (number % stride == 0 or special or number == next_wanted) and _CLOCK.search(raw, 0, 200):
                     stamp = timestamp(raw[:200].decode("utf-8", "replace"))
                     if stamp is not None:
                         file_time = stamp
