@@ -207,9 +207,9 @@ def test_batch_index_sorts_in_the_browser(tmp_path: Path, page: Page) -> None:
         th.click(); const up = read(); th.click(); return [up, read()]; })()"""
     )
     assert order[0] == sorted(order[0], key=lambda v: float(v or -1)) and order[1] == order[0][::-1]
+    page.screenshot(ARTEFACTS / "batch-index.png", max_height=1200)
     links = page.evaluate("[...document.querySelectorAll('table.runs a')].map(a => a.getAttribute('href'))")
     assert len(links) == 3
     for link in links:
         page.open((pages / link).as_uri())
         assert not page.problems()
-    page.screenshot(ARTEFACTS / "batch-index.png", max_height=1200)

@@ -61,6 +61,9 @@ MIN_SILENCE = 30.0  # a silence lasts at least this many seconds,
 SILENCE_SHARE = 0.15  # and this share of the window,
 LONG_SILENCE = 600.0  # or this long whatever the window
 CHUNK = 1 << 20
+JUMP_BACK = 3600.0  # a file's clock may step back this far (lines from several processes interleave)
+JUMP_FORWARD = 2 * 86400.0  # or forward this far from one stamped line to the next
+OFF_CLOCK_LINES = 50  # stamped lines in a row off the clock that make it the file's clock
 
 _PREFIX_START = (b"[", b"(", b"\x1b")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -275,6 +278,7 @@ def read_file(
     window_at = 0
     window = windows[0] if windows else (-1, -1)
     file_time: float | None = None
+    off_clock = 0
     in_key = False
     own = processes.setdefault(default, _Process(default))
     try:
@@ -302,6 +306,14 @@ def read_file(
                 special = _MARKER in raw or b"%|" in raw
                 if (number % stride == 0 or special or number == next_wanted) and _CLOCK.search(raw, 0, 200):
                     stamp = timestamp(raw[:200].decode("utf-8", "replace"))
+                    if stamp is not None and file_time is not None and not -JUMP_BACK <= stamp - file_time <= JUMP_FORWARD:
+                        # A stamp far off the file's clock (another component's clock, a date quoted in
+                        # a message) is ignored, unless the file keeps to the new clock.
+                        off_clock += 1
+                        if off_clock < OFF_CLOCK_LINES:
+                            stamp = None
+                    elif stamp is not None:
+                        off_clock = 0
                     if stamp is not None:
                         file_time = stamp
                         if out.first_time is None:

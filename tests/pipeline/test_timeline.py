@@ -135,6 +135,14 @@ def test_files_without_timestamps_are_placed_by_line_order(tmp_path: Path) -> No
     assert analyse([str(tmp_path)]).details().timeline.clock == "lines"
 
 
+def test_a_stamp_off_the_files_clock_does_not_stretch_the_axis(tmp_path: Path) -> None:
+    lines = [f"2025-06-14 09:{minute:02d}:00 - INFO - step {minute}" for minute in range(10)]
+    lines.insert(3, "INFO 06-02 09:02:33 [__init__.py:244] another component's clock, twelve days behind")
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    timeline = analyse([str(tmp_path)]).details().timeline
+    assert timeline.seconds == pytest.approx(540.0)
+
+
 def test_hostile_lines_are_redacted_and_escaped(tmp_path: Path) -> None:
     run = hostile(tmp_path / "run")
     (run / "x<img src=y onerror=alert(1)>.log").write_text("ValueError: <b>not bold</b>\n")
