@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rltriage.inputs.failures import ParsedFailure, package_of, parse_failures, signal_of_code
+from rltriage.inputs.failures import CUT_TYPE, ParsedFailure, package_of, parse_failures, signal_of_code
 
 
 def parse(text: str) -> list[ParsedFailure]:
@@ -303,3 +303,51 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)"""
     assert failure.signal == "SIGSEGV"
     assert [f.function for f in failure.frames] == ["policy_step", "_flash_attn_forward"]
     assert failure.package == "flash_attn"
+
+
+CUT_PASTE = """(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148] Traceback (most recent call last):
+(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148]   File "/env/site-packages/vllm/worker/worker_base.py", line 140, in execute_method
+(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148]     return executor(*args, **kwargs)
+(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148]   File "/env/site-packages/vllm/worker/worker.py", line 286, in start_worker_execution_loop"""
+
+
+def test_a_traceback_cut_at_the_end_of_the_input_is_a_failure_with_its_frames() -> None:
+    lines = list(enumerate(CUT_PASTE.splitlines(), start=1))
+    (failure,) = parse_failures(lines, end=len(lines))
+    assert failure.type == CUT_TYPE and failure.kind == "exception"
+    assert failure.process == "RayWorkerWrapper pid=9"
+    assert [f.function for f in failure.frames] == ["execute_method", "start_worker_execution_loop"]
+    assert failure.package == "vllm" and failure.line == 4
+
+
+def test_a_traceback_open_where_a_window_ends_is_not_called_cut() -> None:
+    lines = list(enumerate(CUT_PASTE.splitlines(), start=1))
+    assert parse_failures(lines, end=len(lines) + 500) == []  # the file goes on past the window
+    assert parse_failures(lines) == []  # no end known
+
+
+def test_frames_followed_by_other_output_are_not_a_cut_traceback() -> None:
+    text = CUT_PASTE + "\nINFO 06-03 23:13:40 llm_engine.py:1] step 2\n"
+    lines = list(enumerate(text.splitlines(), start=1))
+    assert parse_failures(lines, end=len(lines)) == []
+
+
+def test_an_exception_line_with_a_full_width_colon_is_read_like_an_ascii_one() -> None:
+    (failure,) = parse("RuntimeError：element 0 of tensors does not require grad and does not have a grad_fn")
+    assert failure.type == "RuntimeError"
+    assert failure.message == "element 0 of tensors does not require grad and does not have a grad_fn"
+
+
+def test_a_chain_cut_after_its_exception_keeps_that_exception_as_the_failure() -> None:
+    text = """Traceback (most recent call last):
+  File "/env/site-packages/torch/utils/data/dataloader.py", line 1133, in _try_get_data
+    data = self._data_queue.get(timeout=timeout)
+RuntimeError: DataLoader worker (pid 9021) is killed by signal: Segmentation fault.
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/workspace/train_grpo.py", line 152, in <module>
+    main()"""
+    lines = list(enumerate(text.splitlines(), start=1))
+    assert [f.type for f in parse_failures(lines, end=len(lines))] == ["RuntimeError"]
