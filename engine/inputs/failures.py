@@ -13,11 +13,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .normalize import ANSI, REPEATED
+from .normalize import ANSI, BARE_SGR, REPEATED
 from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
+_STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _HEADERS = (
     # Ray's remote-output prefixes, old and new style: `(WorkerDict pid=1, ip=h) `, `[Engine pid=1] `,
     # and vLLM's worker prefixes `(VllmWorker rank=1 pid=4888) `.
@@ -29,6 +30,18 @@ _HEADERS = (
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+:\d+\] ?"),
     # glog / abseil / torch C++: `E0418 15:55:06.123456 1234 file.cc:12] `.
     re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+ [\w./\-]+:\d+\] ?"),
+    # Collectors that stamp every line: `kubectl logs --timestamps` (RFC 3339), log exports and
+    # `ts`-style wrappers (`2024-05-01 10:00:00,123 `, `[2024-05-01T10:00:00Z] `).
+    re.compile(rf"^(?:\[{_STAMP}\]|{_STAMP})(?: |\t|$)"),
+    # Launchers that label every line with its task: `srun --label` (`3: `), Open MPI
+    # `--tag-output` (`[1,3]<stderr>:`), pdsh / the DeepSpeed launcher (`10.0.0.1: `, `node-07: `),
+    # docker compose (`trainer-1  | `).
+    re.compile(r"^\s{0,4}(?P<task>\d{1,5}): "),
+    re.compile(r"^\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>: ?"),
+    re.compile(r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*\d): "),
+    re.compile(r"^(?P<service>[A-Za-z][\w.-]*-\d+)\s+\| "),
+    # A paste quoted in a Markdown reply.
+    re.compile(r"^> ?(?!>)"),
 )
 # Headers that start a new log record: a continuation of an exception message never carries one.
 _RECORD_START = re.compile(
@@ -44,7 +57,7 @@ NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*: ")
 def strip_headers(raw: str) -> tuple[str, str | None]:
     """The line without colour codes and launcher/logger headers (indentation kept), and the process
     the headers named."""
-    text = REPEATED.sub("", ANSI.sub("", raw.rstrip("\r\n")))
+    text = REPEATED.sub("", BARE_SGR.sub("", ANSI.sub("", raw.rstrip("\r\n"))))
     process: str | None = None
     for _ in range(6):
         for pattern in _HEADERS:
@@ -53,11 +66,15 @@ def strip_headers(raw: str) -> tuple[str, str | None]:
                 continue
             groups = match.groupdict()
             if process is None:
-                rank = groups.get("rank") or groups.get("local") or groups.get("arank")
+                rank = groups.get("rank") or groups.get("local") or groups.get("arank") or groups.get("mpi")
                 if rank:
                     process = f"rank{rank}"
                 elif groups.get("pid"):
                     process = f"{groups.get('actor') or 'pid'} pid={groups['pid']}"
+                elif groups.get("task"):
+                    process = f"task{groups['task']}"
+                elif groups.get("host") or groups.get("service"):
+                    process = groups.get("host") or groups.get("service")
             text = text[match.end():]
             break
         else:

@@ -351,3 +351,47 @@ Traceback (most recent call last):
     main()"""
     lines = list(enumerate(text.splitlines(), start=1))
     assert [f.type for f in parse_failures(lines, end=len(lines))] == ["RuntimeError"]
+
+
+OOM_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/env/site-packages/trl/trainer/grpo_trainer.py", line 10, in train',
+    "    foo()",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "process"),
+    [
+        ("2024-05-01T10:00:00.123456789Z ", None),  # kubectl logs --timestamps
+        ("[2024-05-01 10:00:00] ", None),
+        ("3: ", "task3"),  # srun --label
+        ("[1,2]<stderr>:", "rank2"),  # Open MPI --tag-output
+        ("10.0.0.7: ", "10.0.0.7"),  # pdsh / the DeepSpeed launcher
+        ("gpu-node-07: ", "gpu-node-07"),
+        ("trainer-1  | ", "trainer-1"),  # docker compose
+        ("> ", None),  # quoted in a Markdown reply
+    ],
+)
+def test_tracebacks_under_a_collectors_or_launchers_line_prefix_are_read(prefix: str, process: str | None) -> None:
+    lines = [(number, prefix + text) for number, text in enumerate(OOM_TRACEBACK, start=1)]
+    (failure,) = parse_failures(lines)
+    assert (failure.type, failure.process, len(failure.frames)) == ("OutOfMemoryError", process, 1)
+    assert failure.message.startswith("CUDA out of memory")
+
+
+def test_an_exception_name_is_not_taken_for_a_host_prefix() -> None:
+    (failure,) = parse("ValueError: bad value")
+    assert failure.type == "ValueError" and failure.process is None
+
+
+def test_colour_codes_that_lost_their_escape_byte_do_not_hide_a_ray_traceback() -> None:
+    lines = [(n, f"[36m(TaskRunner pid=2155)[0m {text}") for n, text in enumerate(OOM_TRACEBACK, start=1)]
+    (failure,) = parse_failures(lines)
+    assert (failure.type, failure.process) == ("OutOfMemoryError", "TaskRunner pid=2155")
+
+
+def test_a_bracketed_duration_in_a_message_is_not_a_colour_code() -> None:
+    (failure,) = parse("TimeoutError: no answer after [10m] of waiting")
+    assert failure.message == "no answer after [10m] of waiting"
