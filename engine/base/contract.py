@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocabulary import Bucket, InputKind, PatchKind, Stage, Symptom
+from .vocabulary import Bucket, Gap, InputKind, PatchKind, Stage, Symptom
 
 SCHEMA_VERSION = 1
 
@@ -91,6 +91,22 @@ class UnexplainedLine(Out):
     evidence: Evidence
 
 
+class CollectItem(Out):
+    """A piece of evidence that would separate the top hypotheses (or fill a gap of a thin run),
+    with the exact command or setting that collects it."""
+
+    id: str
+    title: str
+    kind: PatchKind
+    command: str
+    when: str | None = None
+    score: float = Field(ge=0.0)
+    confirms: list[str] = Field(default_factory=list)  # causes the evidence would confirm
+    rules_out: list[str] = Field(default_factory=list)  # causes it would rule out
+    gaps: list[Gap] = Field(default_factory=list)
+    reason: str
+
+
 class Diagnosis(Out):
     schema_version: Literal[1] = 1
     tool: ToolInfo
@@ -106,3 +122,6 @@ class Diagnosis(Out):
     unexplained: list[UnexplainedLine] = Field(default_factory=list)
     suppressed: list[Suppressed] = Field(default_factory=list)
     warnings: list[Warning_] = Field(default_factory=list)
+    # What to collect next: set when the top causes are close or the evidence is thin.
+    collect: list[CollectItem] = Field(default_factory=list)
+    collect_reasons: list[str] = Field(default_factory=list)
