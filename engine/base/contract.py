@@ -125,3 +125,53 @@ class Diagnosis(Out):
     # What to collect next: set when the top causes are close or the evidence is thin.
     collect: list[CollectItem] = Field(default_factory=list)
     collect_reasons: list[str] = Field(default_factory=list)
+
+
+# --- `rltriage diff GOOD BAD` ----------------------------------------------------------------------
+
+
+class Divergence(Out):
+    """Where the broken run's boundary parts from the healthy run's: the first stage the healthy run
+    passed and the broken one never did."""
+
+    stage: Stage | None = None
+    good_last: Stage | None = None
+    bad_last: Stage | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class Change(Out):
+    """A value that differs between the healthy and the broken run."""
+
+    kind: Literal["package", "system", "kernel", "env", "config"]
+    name: str
+    good: str | None = None
+    bad: str | None = None
+    good_at: str | None = None  # path:line in the healthy run
+    bad_at: str | None = None
+    # The knowledge base's contracts on a changed config key: "rule: broken" / "rule: holds".
+    contracts: list[str] = Field(default_factory=list)
+    # Causes of the broken run whose rule reads this value.
+    causes: list[str] = Field(default_factory=list)
+
+
+class RerankedCause(Out):
+    rule: str
+    bucket: Bucket
+    title: str
+    score: float = Field(ge=0.0, le=1.0)  # after re-ranking by what changed
+    diagnosis_score: float = Field(ge=0.0, le=1.0)  # in the broken run's own diagnosis
+    reads: list[str] = Field(default_factory=list)  # changed values the rule reads ("package vllm")
+
+
+class RunDiff(Out):
+    schema_version: Literal[1] = 1
+    tool: ToolInfo
+    good: list[InputSummary]
+    bad: list[InputSummary]
+    divergence: Divergence
+    changes: list[Change] = Field(default_factory=list)
+    # Failure-looking line templates (numbers, ids, paths masked) found only in the broken run.
+    new_lines: list[UnexplainedLine] = Field(default_factory=list)
+    causes: list[RerankedCause] = Field(default_factory=list)
+    diagnosis: Diagnosis  # the broken run's own diagnosis
