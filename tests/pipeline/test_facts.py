@@ -48,3 +48,24 @@ def test_run_facts_count_logs_and_define_stages() -> None:
     stages = stage_definitions()
     assert stages[0].fields == {"name": "model_loaded", "order": 1, "next": "trainer_started"}
     assert stages[-1].fields["next"] is None
+
+
+def test_environment_variables_and_host_facts_are_read() -> None:
+    from rltriage.base.values import env_pairs
+    from rltriage.pipeline.facts import env_report_facts
+
+    assert env_pairs("environ({'NCCL_SOCKET_IFNAME': 'eth0', 'A_B': \"x y\"})") == {"NCCL_SOCKET_IFNAME": "eth0", "A_B": "x y"}
+    assert env_pairs("NCCL_IB_DISABLE set by environment to 1") == {"NCCL_IB_DISABLE": "1"}
+    assert env_pairs("+ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    lines = [
+        (1, "NCCL_SOCKET_IFNAME=eth0"),
+        (2, "Nvidia driver version: 535.104.05"),
+        (3, "CUDA runtime version: 12.1.105"),
+        (4, "| NVIDIA-SMI 550.90.07              Driver Version: 550.90.07      CUDA Version: 12.4     |"),
+    ]
+    facts = env_report_facts("env.txt", lines)
+    got = {(f.type, f.fields["name"]): (f.fields.get("value"), f.fields["line"]) for f in facts}
+    assert got[("env", "NCCL_SOCKET_IFNAME")] == ("eth0", 1)
+    assert got[("system", "driver")] == ("535.104.05", 2)
+    assert got[("system", "cuda_runtime")] == ("12.1.105", 3)
+    assert got[("system", "cuda_driver")] == ("12.4", 4)

@@ -1,0 +1,93 @@
+"""What to collect next: the piece of evidence that separates two tied causes, and the tie it resolves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import rltriage
+from rltriage.kb.fixtures import run_inputs
+from rltriage.pipeline.collect import CLOSE_MARGIN
+from rltriage.pipeline.render import format_diagnosis
+from rltriage.pipeline.run import analyse
+from rltriage.tools.explain import explain
+
+from ..conftest import FIXTURES
+
+# (tied fixture, the same run with the piece added, the item that names the piece, the cause the
+# piece confirms, the cause it rules out)
+PAIRS = [
+    ("remote/async_judge_timeout", "remote/async_judge_timeout_remote_stack", "py_spy_dump", "remote.asyncio_timeout_in_reward", "trl.reward_never_returned"),
+    ("remote/async_judge_timeout", "trl/async_judge_timeout_local_stack", "py_spy_dump", "trl.reward_never_returned", "remote.asyncio_timeout_in_reward"),
+]
+
+
+def _scores(analysis: object) -> dict[str, float]:
+    return {c.rule: c.score for c in analysis.diagnosis.causes}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("tied", "resolved", "item", "winner", "loser"), PAIRS, ids=[p[1] for p in PAIRS])
+def test_the_report_names_the_piece_and_adding_it_resolves_the_tie(
+    kb: rltriage.KnowledgeBase, tied: str, resolved: str, item: str, winner: str, loser: str
+) -> None:
+    before = analyse(run_inputs(FIXTURES / tied), kb=kb)
+    scores = _scores(before)
+    assert winner in scores and loser in scores
+    assert abs(scores[winner] - scores[loser]) <= CLOSE_MARGIN, "the two causes must be tied before the piece arrives"
+    collect = before.diagnosis.collect
+    assert collect and collect[0].id == item, [c.id for c in collect]
+    assert winner in collect[0].confirms + collect[0].rules_out and loser in collect[0].confirms + collect[0].rules_out
+    text = format_diagnosis(before.diagnosis, "text", kb)
+    assert "What to collect next" in text and collect[0].command in text
+    assert collect[0].command in format_diagnosis(before.diagnosis, "markdown", kb).replace("'", "`").replace("`", "'") or "py-spy dump" in format_diagnosis(before.diagnosis, "markdown", kb)
+    assert f'"id": "{item}"' in format_diagnosis(before.diagnosis, "json", kb)
+
+    after = analyse(run_inputs(FIXTURES / resolved), kb=kb)
+    ranked = [c.rule for c in after.diagnosis.causes]
+    resolved_scores = _scores(after)
+    assert winner in ranked
+    assert loser not in ranked or ranked.index(winner) < ranked.index(loser)
+    assert resolved_scores[winner] - resolved_scores.get(loser, 0.0) > CLOSE_MARGIN
+    assert item not in [c.id for c in after.diagnosis.collect], "the piece is in the inputs now"
+
+
+def test_explain_says_why_each_item_was_chosen(kb: rltriage.KnowledgeBase) -> None:
+    analysis = analyse(run_inputs(FIXTURES / "remote/async_judge_timeout"), kb=kb)
+    text = explain(analysis)
+    assert "what to collect next (why each item was chosen)" in text
+    assert "the top causes are close" in text
+    assert "confirms one and rules out the other" in text
+    assert "trl.reward_never_returned rules out on hit(" in text
+
+
+def test_an_item_that_would_confirm_both_causes_does_not_separate_them(kb: rltriage.KnowledgeBase, tmp_path: Path) -> None:
+    from rltriage.pipeline.collect import Outcome, _pair_points
+
+    same = [Outcome("a", "confirms", "hit(signature='x')")]
+    also = [Outcome("b", "confirms", "hit(signature='x')")]
+    opposite = [Outcome("b", "rules_out", "hit(signature='x')")]
+    assert _pair_points(same, also)[0] == 0.0
+    assert _pair_points(same, opposite)[0] > _pair_points(same, [])[0] > 0.0
+
+
+def test_a_decisive_diagnosis_asks_for_nothing(kb: rltriage.KnowledgeBase) -> None:
+    analysis = analyse(run_inputs(FIXTURES / "kernels/flash_attn_abi"), kb=kb)
+    assert analysis.diagnosis.collect == []
+    assert "What to collect next" not in format_diagnosis(analysis.diagnosis, "text", kb)
+
+
+def test_a_pasted_traceback_is_thin_evidence(kb: rltriage.KnowledgeBase, tmp_path: Path) -> None:
+    log = tmp_path / "paste.txt"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/workspace/train.py", line 12, in <module>\n'
+        "    import flash_attn_2_cuda\n"
+        "ModuleNotFoundError: No module named 'flash_attn_2_cuda'\n"
+    )
+    analysis = analyse([str(log)], kb=kb)
+    d = analysis.diagnosis
+    assert d.collect, "a single pasted traceback leaves the evidence thin"
+    assert any("a single input file" in r for r in d.collect_reasons)
+    ids = [c.id for c in d.collect]
+    assert "collect_env" in ids or "pip_freeze" in ids
