@@ -85,12 +85,12 @@ def env_pairs(text: str) -> dict[str, str]:
             pairs.setdefault(match.group("name"), value)
         if pairs:
             return pairs
-    match = _ENV_SET_TO.search(text)
-    if match:
-        return {match.group("name"): match.group("value")}
-    for match in _ENV_ASSIGN.finditer(text):
-        value = match.group("quoted") if match.group("quoted") is not None else match.group("value")
-        pairs.setdefault(match.group("name"), value)
+    set_to = _ENV_SET_TO.search(text)
+    if set_to:
+        return {set_to.group("name"): set_to.group("value")}
+    for assign in _ENV_ASSIGN.finditer(text):
+        value = assign.group("quoted") if assign.group("quoted") is not None else assign.group("value")
+        pairs.setdefault(assign.group("name"), value)
     return pairs
 
 

@@ -62,12 +62,10 @@ class Choice:
     @property
     def reason(self) -> str:
         parts = []
-        confirms = sorted({o.rule for o in self.outcomes if o.polarity == "confirms"})
-        rules_out = sorted({o.rule for o in self.outcomes if o.polarity == "rules_out"})
-        if confirms:
-            parts.append("would confirm " + ", ".join(confirms))
-        if rules_out:
-            parts.append("would rule out " + ", ".join(rules_out))
+        best = max((p for p in self.pairs if p[2] > 0), key=lambda p: p[2], default=None)
+        if best is not None:
+            a, b, _points, why = best
+            parts.append(f"separates {a} from {b}: {why}" if b else f"{a}: {why}")
         if self.gaps:
             parts.append("fills a gap: " + "; ".join(GAP_TEXT[g] for g in self.gaps))
         return "; ".join(parts)
@@ -144,10 +142,9 @@ def run_names(facts: Sequence[Fact], scans: Sequence[FileScan]) -> dict[str, Any
         for name in _NODE_FIELDS:
             if fact.get(name):
                 nodes.setdefault(str(fact.get(name)))
-        process = str(fact.get("process") or "")
-        match = _RANK.match(process)
-        if match and fact.type in ("failure", "stack"):
-            ranks.setdefault(int(match.group(1)))
+        rank = _RANK.match(str(fact.get("process") or ""))
+        if rank and fact.type in ("failure", "stack"):
+            ranks.setdefault(int(rank.group(1)))
         if fact.type == "failure" and str(fact.get("process") or "").startswith("pid"):
             pids.setdefault(str(fact.get("process"))[3:])
     rank_logs = [s.path.rsplit("/", 1)[-1] for s in scans if s.kind is InputKind.rank_log]
