@@ -209,7 +209,7 @@ def _pair_points(a: list[Outcome], b: list[Outcome]) -> tuple[float, str]:
     b_out = {o.pattern for o in b if o.polarity == "rules_out"}
     same = (a_conf & b_out) | (b_conf & a_out)
     if same:
-        return SPLIT_SAME_OBSERVATION, f"the same observation ({sorted(same)[0]}) confirms one and rules out the other"
+        return SPLIT_SAME_OBSERVATION, f"the same observation ({min(sorted(same), key=len)}) confirms one and rules out the other"
     if (a_conf and b_out) or (b_conf and a_out):
         return SPLIT_OPPOSITE, "it can confirm one and rule out the other"
     if a_conf & b_conf:

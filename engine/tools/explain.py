@@ -113,7 +113,8 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
     if cause is not None and not targets:
         lines.append(f"{cause} is not among the ranked causes.")
     for record in analysis.ranking.suppressed:
-        if (cause is None or record.target == cause) and (bucket is None or bucket in record.target or True):
+        # Every guard is shown under --bucket: a suppressed cause no longer has a bucket to filter on.
+        if cause is None or record.target == cause:
             lines.append(f"guard {record.rule} suppressed {record.target}: {record.reason}")
     fired = {f.rule for f in inference.firings}
     misses = []
