@@ -27,6 +27,9 @@ PAIRS = [
     # distributed vs kernel: the first collective timed out on a host with kernel 5.4 — NCCL_DEBUG=INFO
     ("accelerate/old_kernel_first_collective", "accelerate/old_kernel_first_collective_nccl_docker0", "nccl_debug", "torch.collective_timeout_at_setup", "accelerate.old_kernel_hang_risk"),
     ("accelerate/old_kernel_first_collective", "accelerate/old_kernel_first_collective_nccl_init_complete", "nccl_debug", "accelerate.old_kernel_hang_risk", "torch.collective_timeout_at_setup"),
+    # kernel: libcudart.so.13 missing for torch_memory_saver's hook — the wrong hook build, or the missing runtime? pip freeze (torch's +cuXXX)
+    ("kernels/tms_cdll", "kernels/tms_cdll_freeze_cu12", "pip_freeze", "kernels.tms_binary_unloadable", "kernels.cuda_library_missing"),
+    ("kernels/tms_cdll", "kernels/tms_cdll_freeze_cu13", "pip_freeze", "kernels.cuda_library_missing", "kernels.tms_binary_unloadable"),
 ]
 
 
