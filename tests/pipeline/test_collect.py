@@ -30,6 +30,9 @@ PAIRS = [
     # kernel: libcudart.so.13 missing for torch_memory_saver's hook — the wrong hook build, or the missing runtime? pip freeze (torch's +cuXXX)
     ("kernels/tms_cdll", "kernels/tms_cdll_freeze_cu12", "pip_freeze", "kernels.tms_binary_unloadable", "kernels.cuda_library_missing"),
     ("kernels/tms_cdll", "kernels/tms_cdll_freeze_cu13", "pip_freeze", "kernels.cuda_library_missing", "kernels.tms_binary_unloadable"),
+    # rollout vs generation settings: the first generation of 8k-token completions has not returned — stuck or slow? the engine's statistics
+    ("trl/long_completions_first_rollout", "trl/long_completions_first_rollout_engine_busy", "vllm_log_stats", "trl.long_completions_first_rollout", "vllm.first_generation_never_finished"),
+    ("trl/long_completions_first_rollout", "trl/long_completions_first_rollout_engine_idle", "vllm_log_stats", "vllm.first_generation_never_finished", "trl.long_completions_first_rollout"),
 ]
 
 
