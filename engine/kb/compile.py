@@ -107,6 +107,11 @@ def _compile_pattern(pattern: Pattern, default_alias: str) -> CompiledPattern:
     return CompiledPattern(pattern.fact, pattern.alias or default_alias, tuple(checks), pattern)
 
 
+def compile_pattern(pattern: Pattern, alias: str = "_") -> CompiledPattern:
+    """One pattern on its own (a `collect` entry's or a catalog item's), for matching single facts."""
+    return _compile_pattern(pattern, pattern.alias or alias)
+
+
 def rule_patterns(rule: Rule) -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
     slots: list[tuple[CompiledPattern, ...]] = []
     for i, pattern in enumerate(rule.when.all):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +19,7 @@ from .facts import config_file_facts, env_report_facts, numbered_lines
 from .scan import FileScan, Scanner, scanner_for
 
 _worker_lock = threading.Lock()
+_NVIDIA_SMI = re.compile(rb"NVIDIA-SMI |memory\.used \[MiB\]")
 
 
 class _Rejoined(io.RawIOBase):
@@ -66,9 +68,14 @@ def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tu
                 facts = config_file_facts(source.display, data, notes)
                 scan = FileScan(source.display, kind, lines=data.count(b"\n"))
             elif kind is InputKind.env_report:
-                lines = list(numbered_lines(rejoined, MAX_PARSED_FILE))
+                data = head + stream.read(MAX_PARSED_FILE)  # the whole report, not only the sniffed head
+                lines = list(numbered_lines(io.BytesIO(data), MAX_PARSED_FILE + len(head)))
                 facts = env_report_facts(source.display, lines)
-                scan = FileScan(source.display, kind, lines=len(lines))
+                if _NVIDIA_SMI.search(data[:SNIFF_BYTES]):
+                    # nvidia-smi's table also holds what signatures read (memory in use per GPU).
+                    scan = scanner.scan(source.display, kind, io.BytesIO(data))
+                else:
+                    scan = FileScan(source.display, kind, lines=len(lines))
             else:
                 scan = scanner.scan(source.display, kind, rejoined)
         except (OSError, EOFError, ValueError) as exc:
