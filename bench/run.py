@@ -33,6 +33,13 @@ NOISE = [
     "/usr/local/lib/python3.11/site-packages/torch/utils/checkpoint.py:87: UserWarning: None of the inputs have requires_grad=True. Gradients will be None",
     "wandb: WARNING Step must only increase in log calls.  Step {step} < {n}; dropping {{'train/loss': 0.1}}.",
     "(WorkerDict pid={pid}, ip=10.0.{a}.{b}) INFO {mm}-{dd} {hh}:{mi}:{ss} [gpu_model_runner.py:1347] Model loading took 2.8764 GiB and 1.532114 seconds",
+    # What signatures match in a real GRPO run: the trainer's log dict every step, its bar (alone, or
+    # redrawn with carriage returns before tqdm.write prints the dict), vLLM's offline bar, verl's metrics.
+    "{{'loss': {loss:.4f}, 'grad_norm': {gn:.3f}, 'learning_rate': {lr:.2e}, 'rewards/accuracy_reward/mean': {rw:.3f}, 'reward': {rw:.3f}, 'reward_std': {rs:.3f}, 'completion_length': {cl:.1f}, 'epoch': {ep:.2f}}}",
+    "{bar}",
+    "{bar}\r{bar2}\r{{'loss': {loss:.4f}, 'grad_norm': {gn:.3f}, 'learning_rate': {lr:.2e}, 'reward': {rw:.3f}, 'reward_std': {rs:.3f}, 'epoch': {ep:.2f}}}",
+    "Processed prompts:   0%|          | 0/{np} [00:00<?, ?it/s]\rProcessed prompts:  50%|#####     | {half}/{np} [00:02<00:02, 12.00it/s]\rProcessed prompts: 100%|##########| {np}/{np} [00:05<00:00, 12.00it/s, est. speed input: {tp:.2f} toks/s, output: {gt:.2f} toks/s]",
+    "step:{step} - actor/entropy:{ent:.3f} - actor/pg_loss:{loss:.4f} - critic/score/mean:{rw:.3f} - critic/score/max:1.0 - response_length/mean:{cl:.1f} - timing_s/step:{ts:.1f}",
 ]
 FAILURES = [
     "[rank3]:[E1218 20:27:21.433063423 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
@@ -41,19 +48,15 @@ FAILURES = [
 ]
 
 
-# How often each kind of noise appears, roughly as in a real GRPO driver log with NCCL_DEBUG=INFO:
-# NCCL and trainer lines dominate, vLLM prints its stats every few seconds, model loading once per worker.
-NOISE_WEIGHTS = [40, 20, 1, 30, 4, 4, 0.005]
-
-
-def noise_line(rng: random.Random, step: int) -> str:
-    template = rng.choices(NOISE, weights=NOISE_WEIGHTS)[0]
-    return template.format(
-        host="node-" + str(rng.randrange(16)), pid=rng.randrange(1000, 99999), tid=rng.randrange(1000, 99999), dev=rng.randrange(8),
-        nxt=rng.randrange(8), ch=rng.randrange(32), hex=f"{rng.getrandbits(40):010x}", bus=rng.randrange(10, 99), mm="05", dd="14",
-        hh=f"{rng.randrange(24):02d}", mi=f"{rng.randrange(60):02d}", ss=f"{rng.randrange(60):02d}", tp=rng.random() * 1000, gt=rng.random() * 5000,
-        run=rng.randrange(64), kv=rng.random() * 100, pc=rng.random() * 100, yyyy=2025, step=step, n=rng.randrange(512), a=rng.randrange(255), b=rng.randrange(255),
-    )
+# How often each kind of line appears. Sparse: a GRPO driver log with NCCL_DEBUG=INFO, where almost
+# no line is a signature's (NCCL and trainer lines dominate, vLLM prints its stats every few seconds,
+# the bar is one long line of redraws now and then). Dense: the same run as the trainer and vLLM print
+# it, where log dicts, bars, engine stats and model loading lines are about half of all lines.
+WEIGHTS = {
+    "sparse": [40, 20, 1, 30, 4, 4, 0.005, 0, 0, 0, 0, 0],
+    "dense": [25, 5, 8, 15, 3, 3, 3, 10, 12, 3, 3, 5],
+}
+BLOCK = 8 << 20  # distinct text generated per log; larger logs repeat it (the matchers see the same mix)
 
 
 def progress_line(step: int, total: int) -> str:
@@ -61,25 +64,73 @@ def progress_line(step: int, total: int) -> str:
     return "\r".join(redraws)
 
 
-def write_log(path: Path, size: int, seed: int = 7) -> None:
+def _bar(step: int, total: int) -> str:
+    return f" {int(100 * step / total):3d}%|{'█' * (step * 10 // total):<10}| {step}/{total} [{step // 60:02d}:{step % 60:02d}<10:00, 12.00s/it]"
+
+
+def _line(rng: random.Random, step: int, weights: list[float]) -> str:
+    kind = rng.choices(range(len(NOISE)), weights=weights)[0]
+    n_prompts = rng.choice((64, 128, 256))
+    return NOISE[kind].format(
+        host="node-" + str(rng.randrange(16)), pid=rng.randrange(1000, 99999), tid=rng.randrange(1000, 99999), dev=rng.randrange(8),
+        nxt=rng.randrange(8), ch=rng.randrange(32), hex=f"{rng.getrandbits(40):010x}", bus=rng.randrange(10, 99), mm="05", dd="14",
+        hh=f"{rng.randrange(24):02d}", mi=f"{rng.randrange(60):02d}", ss=f"{rng.randrange(60):02d}", tp=rng.random() * 1000, gt=rng.random() * 5000,
+        run=rng.randrange(64), kv=rng.random() * 100, pc=rng.random() * 100, yyyy=2025, step=step, n=rng.randrange(512), a=rng.randrange(255), b=rng.randrange(255),
+        loss=rng.random() * 0.1, gn=rng.random(), lr=1e-6, rw=rng.random(), rs=rng.random() * 0.3, cl=rng.random() * 1000, ep=step / 5000,
+        bar=_bar(step, 5000), bar2=_bar(step + 1, 5000), np=n_prompts, half=n_prompts // 2, ent=rng.random(), ts=rng.random() * 60,
+    )
+
+
+def _block(mode: str, seed: int) -> str:
     rng = random.Random(seed)
-    written = 0
+    weights = WEIGHTS[mode]
+    lines: list[str] = ["[INFO|trainer.py:2414] 2025-05-14 09:13:14,220 >> ***** Running training *****"]
+    size = 0
     step = 0
-    failures_at = {int(size * f) for f in (0.3, 0.6, 0.95)}
-    pending = sorted(failures_at)
-    with path.open("w", encoding="utf-8") as out:
-        out.write("[INFO|trainer.py:2414] 2025-05-14 09:13:14,220 >> ***** Running training *****\n")
+    while size < BLOCK:
+        if rng.random() < 0.01:
+            step += 1
+            if mode == "sparse":
+                lines.append(progress_line(step, 100000))
+                size += len(lines[-1]) + 1
+                continue
+        lines.append(_line(rng, step, weights))
+        size += len(lines[-1]) + 1
+    return "\n".join(lines) + "\n"
+
+
+def write_log(path: Path, size: int, seed: int = 7, mode: str = "sparse", block: str | None = None) -> None:
+    """`size` bytes of generated log: a block of distinct lines repeated (from a seed-chosen offset),
+    with three failure lines planted at 30%, 60% and 95% of the file."""
+    text = block if block is not None else _block(mode, seed)
+    offset = text.index("\n", random.Random(seed).randrange(len(text) // 2)) + 1 if block is not None else 0
+    data = (text[offset:] + text[:offset]).encode("utf-8")
+    written = 0
+    pending = [int(size * f) for f in (0.3, 0.6, 0.95)]
+    with path.open("wb") as out:
         while written < size:
-            if rng.random() < 0.01:
-                step += 1
-                line = progress_line(step, 100000)
-            else:
-                line = noise_line(rng, step)
-            if pending and written >= pending[0]:
-                line = FAILURES[len(failures_at) - len(pending)]
+            piece = data[: size - written] if size - written < len(data) else data
+            cut = piece.rfind(b"\n") + 1 or len(piece)
+            piece = piece[:cut]
+            while pending and written + len(piece) > pending[0]:
+                at = piece.rfind(b"\n", 0, pending[0] - written) + 1
+                out.write(piece[:at] + FAILURES[3 - len(pending)].encode() + b"\n")
+                written += at + len(FAILURES[3 - len(pending)]) + 1
+                piece = piece[at:]
                 pending.pop(0)
-            out.write(line + "\n")
-            written += len(line) + 1
+            out.write(piece)
+            written += len(piece)
+
+
+def write_tiny_files(folder: Path, count: int) -> None:
+    """A run folder of `count` tiny per-process logs (a few lines each, some with a signature's line)."""
+    folder.mkdir()
+    rng = random.Random(11)
+    for index in range(count):
+        sub = folder / f"worker-{index // 1000:03d}"
+        sub.mkdir(exist_ok=True)
+        lines = [_line(rng, index, WEIGHTS["dense"]) for _ in range(3)]
+        (sub / f"worker-{index}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def ere(pattern: str) -> str | None:
