@@ -21,9 +21,11 @@ def _run(
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
-    report_warnings(analysis.diagnosis)
-    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output)), output)
-    return analysis.diagnosis
+    diagnosis, kb = analysis.diagnosis, analysis.kb
+    del analysis  # the scans, facts and inference are not needed to print the report: let them go first
+    report_warnings(diagnosis)
+    write_output(format_diagnosis(diagnosis, fmt, kb, use_colour(output)), output)
+    return diagnosis
 
 
 @click.command()

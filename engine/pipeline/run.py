@@ -21,7 +21,7 @@ from .progress import tracked
 from .rank import Ranking, rank
 from .read import read_sources
 from .redact import redact_model
-from .scan import FileScan, scanner_for
+from .scan import FileScan, compact, scanner_for
 
 
 @dataclass
@@ -61,9 +61,15 @@ def analyse(
         warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
-            scans.append(scan)
-    facts.extend(run_facts(mode, scans, len(sources)))
-    facts.extend(stack_facts(kb, {s.display: s for s in sources}, scans, warnings))
+            scans.append(compact(scan))
+    count = len(sources)
+    # Only the files with stack dumps are opened again: the other sources are let go (100,000 of them
+    # weigh more than their scans).
+    dumps = {scan.path for scan in scans if scan.stack_headers}
+    reopen = {s.display: s for s in sources if s.display in dumps}
+    del sources
+    facts.extend(run_facts(mode, scans, count))
+    facts.extend(stack_facts(kb, reopen, scans, warnings))
     for scan in scans:
         facts.extend(hit_facts(scan))
         facts.extend(echo_facts(scan))
