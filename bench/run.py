@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""Speed and memory of `rltriage diagnose`, side by side with `grep -c -E -f <every signature's pattern>`.
+"""Speed and memory of `rltriage diagnose`, side by side with `LC_ALL=C grep -c -E -f <every signature's pattern>`.
 
-Generates (in a temporary folder, or --workdir) a realistic training log of the requested sizes —
-tqdm progress bars redrawn with carriage returns, vLLM and NCCL INFO noise, warnings, wandb lines, a
-few real failure lines — plus a run folder of 256 rank logs, then reports in one run:
+Generates (in a temporary folder, or --workdir) two training logs of each requested size, with a
+few real failure lines planted in them:
 
-* diagnose wall time vs grep wall time on the same file, as a ratio (target: <= 2x on 1 GB);
-* peak RSS of diagnose for each size (target: < 200 MB and flat as the input grows);
-* throughput on the 256-file run folder with --jobs 1 and --jobs 2 (target: near-linear).
+* sparse: NCCL INFO, trainer and wandb lines, vLLM stats now and then, tqdm bars redrawn with
+  carriage returns — almost no line is a signature's;
+* dense: the same run as the trainer and vLLM print it — `{'loss': …}` dicts, bars (alone and
+  redrawn before the dict), vLLM engine stats and `Model loading took …` behind Ray prefixes,
+  `Processed prompts` bars, verl metrics: about half its lines match a signature;
 
-Usage: python bench/run.py [--sizes 0.1,1,4] [--workdir DIR] [--keep]
+plus a folder of 256 rank logs and one of 100,000 tiny logs, then reports in one run:
+
+* diagnose wall time vs grep wall time on the same file, as a ratio (grep in the C locale, its
+  fastest; in a UTF-8 locale the same grep is many times slower);
+* peak RSS of diagnose for each log (target: <= 200 MB and flat as the input grows);
+* the 256 rank logs with --jobs 1 and --jobs 2, and the 100,000 tiny logs (time, peak RSS).
+
+Usage: python bench/run.py [--sizes 0.1,1,4] [--tiny 100000] [--ranks 256] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -123,13 +131,13 @@ def write_log(path: Path, size: int, seed: int = 7, mode: str = "sparse", block:
 
 
 def write_tiny_files(folder: Path, count: int) -> None:
-    """A run folder of `count` tiny per-process logs (a few lines each, some with a signature's line)."""
+    """A run folder of `count` tiny per-process logs: three lines of the sparse mix each."""
     folder.mkdir()
     rng = random.Random(11)
     for index in range(count):
         sub = folder / f"worker-{index // 1000:03d}"
         sub.mkdir(exist_ok=True)
-        lines = [_line(rng, index, WEIGHTS["dense"]) for _ in range(3)]
+        lines = [_line(rng, index, WEIGHTS["sparse"]) for _ in range(3)]
         (sub / f"worker-{index}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -160,23 +168,36 @@ def grep_patterns(workdir: Path) -> tuple[Path, int, int]:
     return target, len(usable), len(patterns)
 
 
-def timed(cmd: list[str]) -> tuple[float, int]:
-    """Wall time and peak RSS (KiB) of one command, measured in a fresh child."""
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """Wall time, peak RSS (KiB) and output of one command, measured in a fresh child."""
     probe = (
         "import resource, subprocess, sys, time, json;"
         # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when it writes to
         # /dev/null, which would make the baseline meaningless.
-        "t = time.perf_counter(); subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL);"
-        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
+        "t = time.perf_counter(); out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout;"
+        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, out[:200].decode('utf-8', 'replace')]))"
     )
-    result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True)
-    seconds, rss = json.loads(result.stdout)
-    return seconds, rss
+    result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
+    seconds, rss, out = json.loads(result.stdout)
+    return seconds, rss, out
+
+
+def count_lines(path: Path) -> int:
+    lines = 0
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 24):
+            lines += block.count(b"\n")
+    return lines
+
+
+GREP_ENV = {"LC_ALL": "C"}  # grep at its fastest: in a UTF-8 locale the same grep is many times slower
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="0.1,1,4", help="log sizes in GB")
+    parser.add_argument("--sizes", default="0.1,1,4", help="log sizes in GB, for the sparse and the dense log")
+    parser.add_argument("--tiny", type=int, default=100_000, help="files in the folder of tiny logs (0: skip)")
+    parser.add_argument("--ranks", type=int, default=256, help="rank logs of 2 MB for --jobs 1 vs 2 (0: skip)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
@@ -186,29 +207,48 @@ def main() -> int:
     rltriage = [sys.executable, "-m", "rltriage", "diagnose", "--format", "json"]
     try:
         patterns, usable, total = grep_patterns(workdir)
-        print(f"signatures: {total} ({usable} expressible for grep -E)")
-        print(f"{'size':>7} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
-        for size_gb in [float(s) for s in args.sizes.split(",")]:
-            log = workdir / f"train-{size_gb:g}GB.log"
-            if not log.exists():
-                write_log(log, int(size_gb * 1e9))
-            grep_s = min(timed(["grep", "-c", "-E", "-f", str(patterns), str(log)])[0] for _ in range(args.repeat))
-            runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
-            diag_s = min(r[0] for r in runs)
-            rss = max(r[1] for r in runs)
-            print(f"{size_gb:>6g}G {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}")
-        folder = workdir / "run-256-ranks"
-        if not folder.exists():
-            folder.mkdir()
-            for rank in range(256):
-                write_log(folder / f"rank{rank}.log", 2_000_000, seed=rank)
-        size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
-        results = {}
-        for jobs in (1, 2):
-            seconds, rss = timed([*rltriage, "--jobs", str(jobs), str(folder)])
-            results[jobs] = seconds
-            print(f"256 rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
-        print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
+        print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+        print(f"signatures: {total} ({usable} expressible for grep -E); baseline: LC_ALL=C grep -c -E -f <those patterns>")
+        blocks = {mode: _block(mode, 7) for mode in WEIGHTS}
+        # The aggregated path's compiled matcher is built once per knowledge base and kept on disk:
+        # a first run builds it, as a user's first large log would.
+        warm = workdir / "warm-up.log"
+        write_log(warm, 8 << 20, mode="dense", block=blocks["dense"])
+        print(f"warm-up (builds or loads the cached matcher): {timed([*rltriage, str(warm)])[0]:.2f} s")
+        print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
+        for mode in ("sparse", "dense"):
+            for size_gb in [float(s) for s in args.sizes.split(",")]:
+                log = workdir / f"{mode}-{size_gb:g}GB.log"
+                if not log.exists():
+                    write_log(log, int(size_gb * 1e9), mode=mode, block=blocks[mode])
+                greps = [timed(["grep", "-c", "-E", "-f", str(patterns), str(log)], GREP_ENV) for _ in range(args.repeat)]
+                grep_s = min(g[0] for g in greps)
+                matched = int(greps[0][2].strip() or 0) / max(count_lines(log), 1)
+                runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
+                diag_s = min(r[0] for r in runs)
+                rss = max(r[1] for r in runs)
+                print(f"{mode:>6} {size_gb:>5g}G {matched:>8.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}", flush=True)
+                if not args.keep:
+                    log.unlink()
+        if args.ranks:
+            folder = workdir / f"run-{args.ranks}-ranks"
+            if not folder.exists():
+                folder.mkdir()
+                for rank in range(args.ranks):
+                    write_log(folder / f"rank{rank}.log", 2_000_000, seed=rank, block=blocks["sparse"])
+            size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
+            results = {}
+            for jobs in (1, 2):
+                seconds, rss, _out = timed([*rltriage, "--jobs", str(jobs), str(folder)])
+                results[jobs] = seconds
+                print(f"{args.ranks} rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
+            print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
+        if args.tiny:
+            folder = workdir / f"tiny-{args.tiny}"
+            if not folder.exists():
+                write_tiny_files(folder, args.tiny)
+            seconds, rss, _out = timed([*rltriage, str(folder)])
+            print(f"{args.tiny} tiny logs: {seconds:.2f} s, peak RSS {rss / 1024:.1f} MB")
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
