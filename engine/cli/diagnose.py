@@ -13,7 +13,7 @@ from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
 from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, use_colour, write_output
-from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs
+from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs, output_format
 
 
 def _run(
@@ -21,11 +21,10 @@ def _run(
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
-    diagnosis, kb = analysis.diagnosis, analysis.kb
-    del analysis  # the scans, facts and inference are not needed to print the report: let them go first
-    report_warnings(diagnosis)
-    write_output(format_diagnosis(diagnosis, fmt, kb, use_colour(output)), output)
-    return diagnosis
+    report_warnings(analysis.diagnosis)
+    fmt = output_format(fmt, output)
+    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output), details=analysis.details), output)
+    return analysis.diagnosis
 
 
 @click.command()
