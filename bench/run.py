@@ -217,7 +217,7 @@ def main() -> int:
         print(f"warm-up (builds or loads the cached matcher): {timed([*rltriage, str(warm)])[0]:.2f} s")
         print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
         for mode in ("sparse", "dense"):
-            for size_gb in [float(s) for s in args.sizes.split(",")]:
+            for size_gb in [float(s) for s in args.sizes.split(",") if s]:
                 log = workdir / f"{mode}-{size_gb:g}GB.log"
                 if not log.exists():
                     write_log(log, int(size_gb * 1e9), mode=mode, block=blocks[mode])

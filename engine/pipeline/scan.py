@@ -17,6 +17,7 @@ RLTRIAGE_SCAN=reference) keeps every line on the full path; the equivalence test
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
@@ -540,14 +541,17 @@ class Scanner:
         state = [0, base_line]  # where newlines were counted to, and the line number there
         names = matcher.names
         full = 0
+        # Signature ids whose tally keeps no more records (its samples are full, and stay so): a line
+        # with only those is counted as it stands.
+        saturated: dict[int, Tally] = {}
+        simple = self._simple_ids(matcher, kind)
         for end, what, data in work:
             if what == _COUNT:
                 if not data:
                     continue  # its only hits were not confirmed
-                counted = [tallies.get(names[index]) for index in data]
-                if all(tally is not None and len(tally.samples) >= SAMPLES for tally in counted):
-                    for tally in counted:
-                        assert tally is not None
+                if saturated.keys() >= set(data) or self._saturate(data, tallies, names, saturated):
+                    for index in data:
+                        tally = saturated[index]
                         tally.count += 1
                         tally.pending = end
                         pending[tally.signature] = tally
@@ -556,7 +560,7 @@ class Scanner:
             elif what == _FULL:
                 self._full_line(chunk, end, data, state, kind, result, windows, literals_on[full])
                 full += 1
-            elif not self._count_hits(matcher, end, data[0], data[1], kind, result, pending):
+            elif not self._count_hits(matcher, end, data[0], data[1], kind, result, pending, saturated, simple):
                 self._full_line(chunk, end, False, state, kind, result, windows)
         # The last hits, made into records in line order, counting the chunk's newlines once.
         waiting = sorted((t for t in pending.values() if t.pending is not None), key=lambda t: t.pending or 0)
@@ -568,6 +572,20 @@ class Scanner:
             counted_to = start
             self._resolve_pending(chunk, start, base_line + newlines + 1, tally)
         return newlines + chunk.count(b"\n", counted_to)
+
+    @staticmethod
+    def _saturate(data: list[int], tallies: dict[str, Tally], names: tuple[str, ...], saturated: dict[int, Tally]) -> bool:
+        """Whether every tally of these ids keeps no more records; those that do not are noted."""
+        every = True
+        for index in data:
+            if index in saturated:
+                continue
+            tally = tallies.get(names[index])
+            if tally is not None and len(tally.samples) >= SAMPLES:
+                saturated[index] = tally
+            else:
+                every = False
+        return every
 
     def _sort_line(
         self,
@@ -678,6 +696,18 @@ class Scanner:
             )
         return found
 
+    def _simple_ids(self, matcher: LineMatcher, kind: InputKind) -> frozenset[int]:
+        """Signature ids whose confirmed hit in a file of this kind counts without more checks."""
+        key = (id(matcher), kind, "simple")
+        found = self._plain.get(key)
+        if found is None:
+            found = self._plain[key] = frozenset(
+                index
+                for index, sig in enumerate(matcher.signatures)
+                if not matcher.gated[index] and not sig.model.distinct and not (sig.model.kinds and kind not in sig.model.kinds)
+            )
+        return found
+
     def _countable(self, matcher: LineMatcher, kind: InputKind) -> tuple[frozenset[int], frozenset[int]]:
         """Signature ids a plain line may be counted with (after confirming the widened ones)."""
         key = (id(matcher), kind, "countable")
@@ -723,10 +753,15 @@ class Scanner:
         kind: InputKind,
         result: FileScan,
         pending: dict[str, Tally],
+        saturated: dict[int, Tally],
+        simple: frozenset[int],
     ) -> bool:
         """Count a line's (confirmed) hits; False when the line must take the full path instead."""
         kept: list[tuple[Tally, int | None]] = []
         for index, rank, _text in hits:
+            if index in saturated and index in simple:
+                kept.append((saturated[index], rank))
+                continue
             sig = matcher.signatures[index]
             if sig.model.kinds and kind not in sig.model.kinds:
                 continue
@@ -735,6 +770,7 @@ class Scanner:
             tally = result.tallies.get(sig.id)
             if sig.model.distinct or tally is None or len(tally.samples) < SAMPLES:
                 return False  # its tally depends on the values, or still wants records
+            saturated[index] = tally
             kept.append((tally, rank))
         for tally, rank in kept:
             tally.count += 1
@@ -1017,4 +1053,12 @@ def scanner_for(kb: KnowledgeBase) -> Scanner:
     """The knowledge base's scanner, built once and kept with it. RLTRIAGE_SCAN=reference keeps every
     line on the full path, =aggregate takes the aggregated path from the first byte (for tests)."""
     mode = SCAN_MODES.get(os.environ.get("RLTRIAGE_SCAN", "auto"), None)
-    return kb.cache.get(("scanner", mode), lambda: Scanner(kb, config_keys(kb), aggregate=mode))
+    return kb.cache.get(("scanner", mode), lambda: _frozen(Scanner(kb, config_keys(kb), aggregate=mode)))
+
+
+def _frozen(scanner: Scanner) -> Scanner:
+    """The scanner, once every object alive (the knowledge base, its compiled patterns) has been
+    moved out of the collector's sight: they live as long as the process, and a scan allocates per
+    line, which would have the collector walk them over and over."""
+    gc.freeze()
+    return scanner
