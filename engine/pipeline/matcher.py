@@ -174,9 +174,14 @@ def _verifier(sig: CompiledSignature) -> Any:
 
 
 def build_matcher(
-    signatures: Sequence[CompiledSignature], config_keys: Sequence[str], slow_words: Sequence[bytes], trigger_words: Sequence[str]
+    signatures: Sequence[CompiledSignature],
+    config_keys: Sequence[str],
+    slow_words: Sequence[bytes],
+    trigger_words: Sequence[str],
+    cached_only: bool = False,
 ) -> LineMatcher | None:
-    """The matcher for these signatures, from the disk cache when it is there; None without Hyperscan."""
+    """The matcher for these signatures, from the disk cache when it is there; None without Hyperscan
+    (and, with `cached_only`, when it is not in the cache: it is not compiled then)."""
     try:
         import hyperscan
     except ImportError:
@@ -206,6 +211,8 @@ def build_matcher(
             )
         except (OSError, ValueError, KeyError, TypeError, hyperscan.error):
             pass  # a stale or damaged cache is just rebuilt
+    if cached_only:
+        return None
     matcher, meta = _compile(hyperscan, signatures, config_keys, slow_words, trigger_words)
     if cache is not None:
         try:

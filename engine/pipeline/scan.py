@@ -313,6 +313,7 @@ class Scanner:
         self.aggregate = aggregate
         self._matcher: LineMatcher | None = None
         self._matcher_built = False
+        self._cache_looked = False
         self._matcher_lock = threading.Lock()
         self.signatures: list[CompiledSignature] = [s for s in kb.signatures.values() if s.model.scope == "line"]
         self._by_id = {s.id: s for s in self.signatures}
@@ -384,8 +385,11 @@ class Scanner:
             if not block:
                 break
             streamed += len(block)
-            if matcher is None and self.aggregate is None and streamed >= AGGREGATE_AFTER:
-                matcher = self.matcher()
+            if matcher is None and self.aggregate is None:
+                if streamed >= AGGREGATE_AFTER:
+                    matcher = self.matcher()
+                elif len(block) >= CHUNK:
+                    matcher = self._ready_matcher()  # a file of a chunk or more: from its start if that is free
             buffer = carry + block
             cut = buffer.rfind(b"\n") + 1
             if cut == 0 and len(buffer) > MAX_LINE:
@@ -450,6 +454,18 @@ class Scanner:
                 self._matcher_built = True
                 if isinstance(self.prefilter, HyperscanPrefilter) and not self.unfiltered:
                     self._matcher = build_matcher(self.signatures, self.config_keys, FULL_PATH_WORDS, TRIGGER_WORDS)
+            return self._matcher
+
+    def _ready_matcher(self) -> LineMatcher | None:
+        """The matcher when it costs nothing to have: already built, or in the disk cache (loading
+        takes milliseconds, compiling seconds). Looked for once."""
+        with self._matcher_lock:
+            if not self._matcher_built and not self._cache_looked:
+                self._cache_looked = True
+                if isinstance(self.prefilter, HyperscanPrefilter) and not self.unfiltered:
+                    found = build_matcher(self.signatures, self.config_keys, FULL_PATH_WORDS, TRIGGER_WORDS, cached_only=True)
+                    if found is not None:
+                        self._matcher, self._matcher_built = found, True
             return self._matcher
 
     def _aggregate_chunk(
