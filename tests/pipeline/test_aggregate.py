@@ -170,3 +170,47 @@ def test_any_mix_of_example_lines_gives_the_same_scan(scanners: Any, picks: list
         POOL.extend(example_lines(rltriage.load_knowledge_base()))
     lines = [DECORATIONS[decoration](POOL[index % len(POOL)]) for index, decoration, repeat in picks for _ in range(repeat)]
     assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def _paths_taken(scanner: Scanner, data: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[FileScan, list[str]]:
+    """The scan of `data`, and which path each chunk took, in order."""
+    taken: list[str] = []
+    full, aggregated = scanner._scan_chunk, scanner._aggregate_chunk
+
+    def on_full(*args: Any) -> int:
+        taken.append("full")
+        return full(*args)
+
+    def on_aggregated(*args: Any) -> int:
+        taken.append("aggregated")
+        return aggregated(*args)
+
+    monkeypatch.setattr(scanner, "_scan_chunk", on_full)
+    monkeypatch.setattr(scanner, "_aggregate_chunk", on_aggregated)
+    return scanner.scan("run.log", InputKind.driver_log, io.BytesIO(data)), taken
+
+
+def test_a_large_file_takes_the_aggregated_path_from_its_start_when_the_matcher_is_cached(
+    kb: KnowledgeBase, scanners: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLTRIAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLTRIAGE_NO_CACHE", raising=False)
+    data = generated_log(kb, 5, 2 * CHUNK + 1000)
+    expected = summary(scanners[0].scan("run.log", InputKind.driver_log, io.BytesIO(data)))
+
+    # Nothing cached: the first chunks take the full path (the matcher is compiled only past 4 MiB).
+    cold = Scanner(kb, config_keys(kb), aggregate=None)
+    scan, taken = _paths_taken(cold, data, monkeypatch)
+    assert summary(scan) == expected
+    assert taken and set(taken) == {"full"}
+
+    cold.matcher()  # compiled, and written to the disk cache
+    assert list((tmp_path / "cache").glob("scan-*.hsdb"))
+    warm = Scanner(kb, config_keys(kb), aggregate=None)  # a new process would find it there
+    scan, taken = _paths_taken(warm, data, monkeypatch)
+    assert summary(scan) == expected
+    assert taken and set(taken) == {"aggregated"}
+
+    # A file smaller than a chunk stays on the full path, cached matcher or not.
+    scan, taken = _paths_taken(warm, data[: CHUNK // 2].rsplit(b"\n", 1)[0] + b"\n", monkeypatch)
+    assert set(taken) == {"full"}
