@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
-"""Speed and memory of `rltriage diagnose`, side by side with `grep -c -E -f <every signature's pattern>`.
+"""Speed and memory of `rltriage diagnose`, side by side with `LC_ALL=C grep -c -E -f <every signature's pattern>`.
 
-Generates (in a temporary folder, or --workdir) a realistic training log of the requested sizes —
-tqdm progress bars redrawn with carriage returns, vLLM and NCCL INFO noise, warnings, wandb lines, a
-few real failure lines — plus a run folder of 256 rank logs, then reports in one run:
+Generates (in a temporary folder, or --workdir) two training logs of each requested size, with a
+few real failure lines planted in them:
 
-* diagnose wall time vs grep wall time on the same file, as a ratio (target: <= 2x on 1 GB);
-* peak RSS of diagnose for each size (target: < 200 MB and flat as the input grows);
-* throughput on the 256-file run folder with --jobs 1 and --jobs 2 (target: near-linear).
+* sparse: NCCL INFO, trainer and wandb lines, vLLM stats now and then, tqdm bars redrawn with
+  carriage returns — almost no line is a signature's;
+* dense: the same run as the trainer and vLLM print it — `{'loss': …}` dicts, bars (alone and
+  redrawn before the dict), vLLM engine stats and `Model loading took …` behind Ray prefixes,
+  `Processed prompts` bars, verl metrics: about half its lines match a signature;
 
-Usage: python bench/run.py [--sizes 0.1,1,4] [--workdir DIR] [--keep]
+plus a folder of 256 rank logs and one of 100,000 tiny logs, then reports in one run:
+
+* diagnose wall time vs grep wall time on the same file, as a ratio (grep in the C locale, its
+  fastest; in a UTF-8 locale the same grep is many times slower);
+* peak RSS of diagnose for each log (target: <= 200 MB and flat as the input grows);
+* the 256 rank logs with --jobs 1 and --jobs 2, and the 100,000 tiny logs (time, peak RSS).
+
+Usage: python bench/run.py [--sizes 0.1,1,4] [--tiny 100000] [--ranks 256] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -33,6 +41,13 @@ NOISE = [
     "/usr/local/lib/python3.11/site-packages/torch/utils/checkpoint.py:87: UserWarning: None of the inputs have requires_grad=True. Gradients will be None",
     "wandb: WARNING Step must only increase in log calls.  Step {step} < {n}; dropping {{'train/loss': 0.1}}.",
     "(WorkerDict pid={pid}, ip=10.0.{a}.{b}) INFO {mm}-{dd} {hh}:{mi}:{ss} [gpu_model_runner.py:1347] Model loading took 2.8764 GiB and 1.532114 seconds",
+    # What signatures match in a real GRPO run: the trainer's log dict every step, its bar (alone, or
+    # redrawn with carriage returns before tqdm.write prints the dict), vLLM's offline bar, verl's metrics.
+    "{{'loss': {loss:.4f}, 'grad_norm': {gn:.3f}, 'learning_rate': {lr:.2e}, 'rewards/accuracy_reward/mean': {rw:.3f}, 'reward': {rw:.3f}, 'reward_std': {rs:.3f}, 'completion_length': {cl:.1f}, 'epoch': {ep:.2f}}}",
+    "{bar}",
+    "{bar}\r{bar2}\r{{'loss': {loss:.4f}, 'grad_norm': {gn:.3f}, 'learning_rate': {lr:.2e}, 'reward': {rw:.3f}, 'reward_std': {rs:.3f}, 'epoch': {ep:.2f}}}",
+    "Processed prompts:   0%|          | 0/{np} [00:00<?, ?it/s]\rProcessed prompts:  50%|#####     | {half}/{np} [00:02<00:02, 12.00it/s]\rProcessed prompts: 100%|##########| {np}/{np} [00:05<00:00, 12.00it/s, est. speed input: {tp:.2f} toks/s, output: {gt:.2f} toks/s]",
+    "step:{step} - actor/entropy:{ent:.3f} - actor/pg_loss:{loss:.4f} - critic/score/mean:{rw:.3f} - critic/score/max:1.0 - response_length/mean:{cl:.1f} - timing_s/step:{ts:.1f}",
 ]
 FAILURES = [
     "[rank3]:[E1218 20:27:21.433063423 ProcessGroupNCCL.cpp:629] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
@@ -41,19 +56,15 @@ FAILURES = [
 ]
 
 
-# How often each kind of noise appears, roughly as in a real GRPO driver log with NCCL_DEBUG=INFO:
-# NCCL and trainer lines dominate, vLLM prints its stats every few seconds, model loading once per worker.
-NOISE_WEIGHTS = [40, 20, 1, 30, 4, 4, 0.005]
-
-
-def noise_line(rng: random.Random, step: int) -> str:
-    template = rng.choices(NOISE, weights=NOISE_WEIGHTS)[0]
-    return template.format(
-        host="node-" + str(rng.randrange(16)), pid=rng.randrange(1000, 99999), tid=rng.randrange(1000, 99999), dev=rng.randrange(8),
-        nxt=rng.randrange(8), ch=rng.randrange(32), hex=f"{rng.getrandbits(40):010x}", bus=rng.randrange(10, 99), mm="05", dd="14",
-        hh=f"{rng.randrange(24):02d}", mi=f"{rng.randrange(60):02d}", ss=f"{rng.randrange(60):02d}", tp=rng.random() * 1000, gt=rng.random() * 5000,
-        run=rng.randrange(64), kv=rng.random() * 100, pc=rng.random() * 100, yyyy=2025, step=step, n=rng.randrange(512), a=rng.randrange(255), b=rng.randrange(255),
-    )
+# How often each kind of line appears. Sparse: a GRPO driver log with NCCL_DEBUG=INFO, where almost
+# no line is a signature's (NCCL and trainer lines dominate, vLLM prints its stats every few seconds,
+# the bar is one long line of redraws now and then). Dense: the same run as the trainer and vLLM print
+# it, where log dicts, bars, engine stats and model loading lines are about half of all lines.
+WEIGHTS = {
+    "sparse": [40, 20, 1, 30, 4, 4, 0.005, 0, 0, 0, 0, 0],
+    "dense": [25, 5, 8, 15, 3, 3, 3, 10, 12, 3, 3, 5],
+}
+BLOCK = 8 << 20  # distinct text generated per log; larger logs repeat it (the matchers see the same mix)
 
 
 def progress_line(step: int, total: int) -> str:
@@ -61,25 +72,73 @@ def progress_line(step: int, total: int) -> str:
     return "\r".join(redraws)
 
 
-def write_log(path: Path, size: int, seed: int = 7) -> None:
+def _bar(step: int, total: int) -> str:
+    return f" {int(100 * step / total):3d}%|{'█' * (step * 10 // total):<10}| {step}/{total} [{step // 60:02d}:{step % 60:02d}<10:00, 12.00s/it]"
+
+
+def _line(rng: random.Random, step: int, weights: list[float]) -> str:
+    kind = rng.choices(range(len(NOISE)), weights=weights)[0]
+    n_prompts = rng.choice((64, 128, 256))
+    return NOISE[kind].format(
+        host="node-" + str(rng.randrange(16)), pid=rng.randrange(1000, 99999), tid=rng.randrange(1000, 99999), dev=rng.randrange(8),
+        nxt=rng.randrange(8), ch=rng.randrange(32), hex=f"{rng.getrandbits(40):010x}", bus=rng.randrange(10, 99), mm="05", dd="14",
+        hh=f"{rng.randrange(24):02d}", mi=f"{rng.randrange(60):02d}", ss=f"{rng.randrange(60):02d}", tp=rng.random() * 1000, gt=rng.random() * 5000,
+        run=rng.randrange(64), kv=rng.random() * 100, pc=rng.random() * 100, yyyy=2025, step=step, n=rng.randrange(512), a=rng.randrange(255), b=rng.randrange(255),
+        loss=rng.random() * 0.1, gn=rng.random(), lr=1e-6, rw=rng.random(), rs=rng.random() * 0.3, cl=rng.random() * 1000, ep=step / 5000,
+        bar=_bar(step, 5000), bar2=_bar(step + 1, 5000), np=n_prompts, half=n_prompts // 2, ent=rng.random(), ts=rng.random() * 60,
+    )
+
+
+def _block(mode: str, seed: int) -> str:
     rng = random.Random(seed)
-    written = 0
+    weights = WEIGHTS[mode]
+    lines: list[str] = ["[INFO|trainer.py:2414] 2025-05-14 09:13:14,220 >> ***** Running training *****"]
+    size = 0
     step = 0
-    failures_at = {int(size * f) for f in (0.3, 0.6, 0.95)}
-    pending = sorted(failures_at)
-    with path.open("w", encoding="utf-8") as out:
-        out.write("[INFO|trainer.py:2414] 2025-05-14 09:13:14,220 >> ***** Running training *****\n")
+    while size < BLOCK:
+        if rng.random() < 0.01:
+            step += 1
+            if mode == "sparse":
+                lines.append(progress_line(step, 100000))
+                size += len(lines[-1]) + 1
+                continue
+        lines.append(_line(rng, step, weights))
+        size += len(lines[-1]) + 1
+    return "\n".join(lines) + "\n"
+
+
+def write_log(path: Path, size: int, seed: int = 7, mode: str = "sparse", block: str | None = None) -> None:
+    """`size` bytes of generated log: a block of distinct lines repeated (from a seed-chosen offset),
+    with three failure lines planted at 30%, 60% and 95% of the file."""
+    text = block if block is not None else _block(mode, seed)
+    offset = text.index("\n", random.Random(seed).randrange(len(text) // 2)) + 1 if block is not None else 0
+    data = (text[offset:] + text[:offset]).encode("utf-8")
+    written = 0
+    pending = [int(size * f) for f in (0.3, 0.6, 0.95)]
+    with path.open("wb") as out:
         while written < size:
-            if rng.random() < 0.01:
-                step += 1
-                line = progress_line(step, 100000)
-            else:
-                line = noise_line(rng, step)
-            if pending and written >= pending[0]:
-                line = FAILURES[len(failures_at) - len(pending)]
+            piece = data[: size - written] if size - written < len(data) else data
+            cut = piece.rfind(b"\n") + 1 or len(piece)
+            piece = piece[:cut]
+            while pending and written + len(piece) > pending[0]:
+                at = piece.rfind(b"\n", 0, pending[0] - written) + 1
+                out.write(piece[:at] + FAILURES[3 - len(pending)].encode() + b"\n")
+                written += at + len(FAILURES[3 - len(pending)]) + 1
+                piece = piece[at:]
                 pending.pop(0)
-            out.write(line + "\n")
-            written += len(line) + 1
+            out.write(piece)
+            written += len(piece)
+
+
+def write_tiny_files(folder: Path, count: int) -> None:
+    """A run folder of `count` tiny per-process logs: three lines of the sparse mix each."""
+    folder.mkdir()
+    rng = random.Random(11)
+    for index in range(count):
+        sub = folder / f"worker-{index // 1000:03d}"
+        sub.mkdir(exist_ok=True)
+        lines = [_line(rng, index, WEIGHTS["sparse"]) for _ in range(3)]
+        (sub / f"worker-{index}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def ere(pattern: str) -> str | None:
@@ -109,23 +168,59 @@ def grep_patterns(workdir: Path) -> tuple[Path, int, int]:
     return target, len(usable), len(patterns)
 
 
-def timed(cmd: list[str]) -> tuple[float, int]:
-    """Wall time and peak RSS (KiB) of one command, measured in a fresh child."""
+def signature_share(mode: str) -> float:
+    """The share of a log's lines that a signature matches: each kind of line is scanned on its own
+    with rltriage's scanner (its full path), and counts when every line of that kind is a hit."""
+    import io
+
+    import rltriage
+    from rltriage.base.vocabulary import InputKind
+    from rltriage.pipeline.scan import Scanner, config_keys
+
+    kb = rltriage.load_knowledge_base()
+    scanner = Scanner(kb, config_keys(kb), aggregate=False)
+    matched = 0.0
+    for kind, weight in enumerate(WEIGHTS[mode]):
+        if not weight:
+            continue
+        rng = random.Random(kind)
+        lines = [_line(rng, step, [int(k == kind) for k in range(len(NOISE))]) for step in range(50)]
+        scan = scanner.scan("kind.log", InputKind.driver_log, io.BytesIO(("\n".join(lines) + "\n").encode()))
+        if max((t.count for t in scan.tallies.values()), default=0) >= len(lines):
+            matched += weight
+    return matched / sum(WEIGHTS[mode])
+
+
+def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """Wall time, peak RSS (KiB) and output of one command, measured in a fresh child."""
     probe = (
         "import resource, subprocess, sys, time, json;"
         # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when it writes to
         # /dev/null, which would make the baseline meaningless.
-        "t = time.perf_counter(); subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL);"
-        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
+        "t = time.perf_counter(); out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout;"
+        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, out[:200].decode('utf-8', 'replace')]))"
     )
-    result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True)
-    seconds, rss = json.loads(result.stdout)
-    return seconds, rss
+    result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
+    seconds, rss, out = json.loads(result.stdout)
+    return seconds, rss, out
+
+
+def count_lines(path: Path) -> int:
+    lines = 0
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 24):
+            lines += block.count(b"\n")
+    return lines
+
+
+GREP_ENV = {"LC_ALL": "C"}  # grep at its fastest: in a UTF-8 locale the same grep is many times slower
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="0.1,1,4", help="log sizes in GB")
+    parser.add_argument("--sizes", default="0.1,1,4", help="log sizes in GB, for the sparse and the dense log")
+    parser.add_argument("--tiny", type=int, default=100_000, help="files in the folder of tiny logs (0: skip)")
+    parser.add_argument("--ranks", type=int, default=256, help="rank logs of 2 MB for --jobs 1 vs 2 (0: skip)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
@@ -135,29 +230,53 @@ def main() -> int:
     rltriage = [sys.executable, "-m", "rltriage", "diagnose", "--format", "json"]
     try:
         patterns, usable, total = grep_patterns(workdir)
-        print(f"signatures: {total} ({usable} expressible for grep -E)")
-        print(f"{'size':>7} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
-        for size_gb in [float(s) for s in args.sizes.split(",")]:
-            log = workdir / f"train-{size_gb:g}GB.log"
-            if not log.exists():
-                write_log(log, int(size_gb * 1e9))
-            grep_s = min(timed(["grep", "-c", "-E", "-f", str(patterns), str(log)])[0] for _ in range(args.repeat))
-            runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
-            diag_s = min(r[0] for r in runs)
-            rss = max(r[1] for r in runs)
-            print(f"{size_gb:>6g}G {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}")
-        folder = workdir / "run-256-ranks"
-        if not folder.exists():
-            folder.mkdir()
-            for rank in range(256):
-                write_log(folder / f"rank{rank}.log", 2_000_000, seed=rank)
-        size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
-        results = {}
-        for jobs in (1, 2):
-            seconds, rss = timed([*rltriage, "--jobs", str(jobs), str(folder)])
-            results[jobs] = seconds
-            print(f"256 rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
-        print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
+        print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+        print(f"signatures: {total} ({usable} expressible for grep -E); baseline: LC_ALL=C grep -c -E -f <those patterns>")
+        blocks = {mode: _block(mode, 7) for mode in WEIGHTS}
+        # The aggregated path's compiled matcher is built once per knowledge base and kept on disk:
+        # a first run builds it, as a user's first large log would.
+        warm = workdir / "warm-up.log"
+        write_log(warm, 8 << 20, mode="dense", block=blocks["dense"])
+        print(f"warm-up (builds or loads the cached matcher): {timed([*rltriage, str(warm)])[0]:.2f} s")
+        print(
+            "matched: lines a signature matches (each kind of line checked with rltriage's scanner); "
+            "grep: lines grep counts (patterns it cannot express are left out)"
+        )
+        print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep':>5} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
+        for mode in ("sparse", "dense"):
+            share = signature_share(mode)
+            for size_gb in [float(s) for s in args.sizes.split(",") if s]:
+                log = workdir / f"{mode}-{size_gb:g}GB.log"
+                if not log.exists():
+                    write_log(log, int(size_gb * 1e9), mode=mode, block=blocks[mode])
+                greps = [timed(["grep", "-c", "-E", "-f", str(patterns), str(log)], GREP_ENV) for _ in range(args.repeat)]
+                grep_s = min(g[0] for g in greps)
+                grepped = int(greps[0][2].strip() or 0) / max(count_lines(log), 1)
+                runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
+                diag_s = min(r[0] for r in runs)
+                rss = max(r[1] for r in runs)
+                print(f"{mode:>6} {size_gb:>5g}G {share:>8.0%} {grepped:>5.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}", flush=True)
+                if not args.keep:
+                    log.unlink()
+        if args.ranks:
+            folder = workdir / f"run-{args.ranks}-ranks"
+            if not folder.exists():
+                folder.mkdir()
+                for rank in range(args.ranks):
+                    write_log(folder / f"rank{rank}.log", 2_000_000, seed=rank, block=blocks["sparse"])
+            size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
+            results = {}
+            for jobs in (1, 2):
+                seconds, rss, _out = timed([*rltriage, "--jobs", str(jobs), str(folder)])
+                results[jobs] = seconds
+                print(f"{args.ranks} rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
+            print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
+        if args.tiny:
+            folder = workdir / f"tiny-{args.tiny}"
+            if not folder.exists():
+                write_tiny_files(folder, args.tiny)
+            seconds, rss, _out = timed([*rltriage, str(folder)])
+            print(f"{args.tiny} tiny logs: {seconds:.2f} s, peak RSS {rss / 1024:.1f} MB")
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -22,6 +22,8 @@ import rltriage
 from rltriage.cli.batch import batch_command
 from rltriage.inputs.discover import discover
 from rltriage.pipeline.progress import Progress, tracked
+from rltriage.pipeline.read import read_sources
+from rltriage.pipeline.scan import scanner_for
 from rltriage.tools.batch import Output, find_runs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -318,6 +320,33 @@ def test_tracked_counts_files_and_bytes_of_a_scan(tmp_path: Path) -> None:
     size = 3000 + (tmp_path / "b.tar").stat().st_size
     assert f"{size / (1 << 20):.1f}/{size / (1 << 20):.1f} MB" in stream.getvalue() and "3/3 files" in stream.getvalue()
     assert stream.getvalue().endswith("\r")
+
+
+class Ticking:
+    """A clock that moves a second every time it is read."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def test_tracked_advances_within_a_large_file_as_it_is_read(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_bytes(b"step 1 of a long run\n" * 250_000)  # about 5 MB: several chunks
+    sources = discover([str(log)], [])
+    kb = rltriage.load_knowledge_base()
+    stream = FakeTTY()
+    results = read_sources(sources, kb, scanner_for(kb), 1)
+    done = list(tracked(sources, results, stream=stream, clock=Ticking(), env={}))
+    assert len(done) == 1
+    draws = [d for d in stream.getvalue().split("\r") if "files" in d]
+    total = log.stat().st_size / (1 << 20)
+    within = [d for d in draws if "0/1 files" in d and f"/{total:.1f} MB" in d and not d.lstrip("[#. ").startswith("0%")]
+    assert within, draws  # the bar moved before the file was done
+    assert any("1/1 files" in d and f"{total:.1f}/{total:.1f} MB" in d for d in draws)
 
 
 # --- Ray (last: it starts threads, and the other tests fork) ----------------------------------

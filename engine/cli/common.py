@@ -58,7 +58,9 @@ def fail(message: str, code: int) -> None:
 
 def write_output(text: str, output: str | None) -> None:
     if output is None:
-        click.echo(text, nl=False)
+        # In slices: a report of 100,000 inputs is not encoded into one more copy of itself.
+        for start in range(0, len(text), 1 << 20):
+            click.echo(text[start : start + (1 << 20)], nl=False)
     else:
         write_atomic(text, output)
 

@@ -21,10 +21,15 @@ def _run(
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
-    report_warnings(analysis.diagnosis)
     fmt = output_format(fmt, output)
-    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output), details=analysis.details), output)
-    return analysis.diagnosis
+    diagnosis, kb = analysis.diagnosis, analysis.kb
+    # Only the html page reads the analysis again: for the others it is let go before the report is
+    # written (a folder of 100,000 files holds as many scans and facts).
+    details = analysis.details if fmt == "html" else None
+    del analysis
+    report_warnings(diagnosis)
+    write_output(format_diagnosis(diagnosis, fmt, kb, use_colour(output), details=details), output)
+    return diagnosis
 
 
 @click.command()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from ..base.contract import Evidence
 from ..base.values import number as number_of
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class Fact:
     id: int
     type: str
@@ -25,7 +26,7 @@ class Fact:
         return self.fields.get(name)
 
 
-@dataclass
+@dataclass(slots=True)
 class BaseFact:
     """A fact as the pipeline asserts it, before the engine numbers it."""
 
@@ -61,4 +62,6 @@ def equality_key(value: Any) -> Any:
 
 
 def fact_key(type_: str, fields: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (type_, tuple(sorted((k, _hashable(v)) for k, v in fields.items())))
+    """The fact's identity: its type, then each field name and value in name order, in one flat
+    tuple (the store keeps one per fact, 100,000 of them for a folder of 100,000 files)."""
+    return (type_, *chain.from_iterable((k, _hashable(v)) for k, v in sorted(fields.items())))

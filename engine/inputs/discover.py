@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, NamedTuple, cast
 
 from ..base.errors import InputError
 from ..base.vocabulary import InputKind
@@ -29,7 +29,7 @@ _ENV_LINE = re.compile(rb"^(?:export\s+)?[A-Z_][A-Z0-9_]*=")
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?\d+", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Source:
     """One input: a display name for citations and a way to open its bytes.
 
@@ -73,13 +73,20 @@ def _not_regular(mode: int) -> str:
     return f"skipped: {kind}" if kind == "not a regular file" else f"skipped: {kind}, not a regular file"
 
 
-def _walk(root: str, warnings: list[Warning]) -> list[tuple[str, os.stat_result | None]]:
+class _Stat(NamedTuple):
+    """What is used of a file's stat: an os.stat_result holds some twenty numbers, times 100,000 files."""
+
+    st_mode: int
+    st_size: int
+
+
+def _walk(root: str, warnings: list[Warning]) -> list[tuple[str, _Stat | None]]:
     """Files under `root` with their stat when it came for free; never opens or follows anything."""
 
     def on_error(path: str, exc: OSError, listing: bool) -> None:
         warnings.append(Warning(path, f"{'cannot read folder' if listing else 'skipped'}: {exc.strerror or exc}"))
 
-    found: list[tuple[str, os.stat_result | None]] = []
+    found: list[tuple[str, _Stat | None]] = []
     for folder in folders(root, on_error):
         for entry in folder.files:
             try:
@@ -91,7 +98,8 @@ def _walk(root: str, warnings: list[Warning]) -> list[tuple[str, os.stat_result 
                     found.append((entry.path, None))  # its target is looked at by _file_sources
                     continue
                 # FIFOs and devices too: _file_sources tells what they are, once, without opening them.
-                found.append((entry.path, entry.stat(follow_symlinks=False)))
+                info = entry.stat(follow_symlinks=False)
+                found.append((entry.path, _Stat(info.st_mode, info.st_size)))
             except OSError as exc:
                 warnings.append(Warning(entry.path, f"skipped: {exc.strerror or exc}"))
     return found
@@ -130,7 +138,7 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
 
 
 def _file_sources(
-    display: str, info: os.stat_result | None, warnings: list[Warning], ctx: archives.Context, cache: list[int]
+    display: str, info: os.stat_result | _Stat | None, warnings: list[Warning], ctx: archives.Context, cache: list[int]
 ) -> list[Source]:
     # Plain strings, not Path objects: this runs once per file, for folders of 100,000 files.
     if info is None:
@@ -162,7 +170,21 @@ def _file_sources(
         if members is not None:
             return _member_sources(path, display, members, warnings)
     size = info.st_size
-    return [Source(display, _opener(lambda: Checked(open(display, "rb"), display, warnings, size)), name)]
+    return [Source(display, _opener(_OpenFile(display, warnings, size)), name)]
+
+
+class _OpenFile:
+    """Opens one plain file (a small object, not a closure: there may be 100,000 of them)."""
+
+    __slots__ = ("display", "warnings", "size")
+
+    def __init__(self, display: str, warnings: list[Warning], size: int) -> None:
+        self.display = display
+        self.warnings = warnings
+        self.size = size
+
+    def __call__(self) -> Checked:
+        return Checked(open(self.display, "rb"), self.display, self.warnings, self.size)
 
 
 def _opener(make: Callable[[], io.IOBase]) -> Callable[[], BinaryIO]:

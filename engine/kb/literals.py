@@ -112,3 +112,63 @@ def group_sets(pattern: str, limit: int = 8) -> list[set[str]] | None:
         return [frozenset()]
 
     return [{names[i] for i in way if i in names} for way in seq(list(parsed))]
+
+
+def implied(pattern: str, literals: list[str], ignore_case: bool) -> bool:
+    """Whether every match of the pattern holds one of the literals (as hand-declared literals should)."""
+    try:
+        parsed = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001
+        return False
+    fold = (lambda text: text.lower()) if ignore_case else (lambda text: text)
+    declared = [fold(literal) for literal in literals]
+    candidates = _runs(list(parsed)) + _spelled(list(parsed))
+    return any(all(any(d in fold(alternative) for d in declared) for alternative in candidate) for candidate in candidates if candidate)
+
+
+def _spelled(items: Any, limit: int = 64) -> list[list[str]]:
+    """Runs of text spelled out across alternations of plain text: `completion(?:_length|s/mean_length)`
+    (as `re` factors `completion_length|completions/mean_length`) gives both words."""
+    candidates: list[list[str]] = []
+    current: list[str] = [""]
+
+    def flush() -> None:
+        nonlocal current
+        if any(current):
+            candidates.append(sorted(set(current)))
+        current = [""]
+
+    for op, av in items:
+        if op is sre_constants.LITERAL:
+            current = [text + chr(av) for text in current]
+            continue
+        words = _words(op, av)
+        if words is not None and len(current) * len(words) <= limit:
+            current = [text + word for text in current for word in words]
+            continue
+        flush()
+        if op is sre_constants.SUBPATTERN:
+            candidates.extend(_spelled(av[-1], limit))
+    flush()
+    return candidates
+
+
+def _words(op: Any, av: Any) -> list[str] | None:
+    """The texts an alternation (or a group of one) of plain text can spell, or None."""
+    if op is sre_constants.SUBPATTERN:
+        body = list(av[-1])
+        if len(body) == 1:
+            return _words(*body[0])
+        if all(o is sre_constants.LITERAL for o, _a in body):
+            return ["".join(chr(a) for _o, a in body)]
+        return None
+    if op is sre_constants.BRANCH:
+        out: list[str] = []
+        for branch in av[1]:
+            if not all(o is sre_constants.LITERAL for o, _a in branch):
+                return None
+            out.append("".join(chr(a) for _o, a in branch))
+        return out
+    if op is sre_constants.IN and all(o is sre_constants.LITERAL for o, _a in av):
+        return [chr(a) for _o, a in av]
+    return None

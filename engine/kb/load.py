@@ -153,7 +153,8 @@ def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, in
     return kb
 
 
-def _cache_dir() -> Path | None:
+def cache_dir() -> Path | None:
+    """Where compiled artefacts are kept between processes (None when caching is turned off)."""
     if os.environ.get("RLTRIAGE_NO_CACHE"):
         return None
     base = os.environ.get("RLTRIAGE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rltriage")
@@ -175,8 +176,8 @@ def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Pa
         except OSError:
             data = b""
         digest.update(str(path).encode() + b"\0" + hashlib.sha256(data).digest())
-    cache_dir = _cache_dir()
-    cache = cache_dir / f"kb-{digest.hexdigest()[:32]}.json" if cache_dir else None
+    folder = cache_dir()
+    cache = folder / f"kb-{digest.hexdigest()[:32]}.json" if folder else None
     if cache is not None and cache.is_file():
         try:
             stored = json.loads(cache.read_text(encoding="utf-8"))

@@ -22,6 +22,7 @@ _MB = 1 << 20
 _active = 0  # bars drawing in this process
 _silenced = False
 _state_lock = threading.Lock()
+_reading = threading.local()  # the bar of the scan this thread is reading for, if one is drawn
 
 T = TypeVar("T")
 
@@ -155,6 +156,14 @@ class Progress:
         self.close()
 
 
+def streamed(size: int) -> None:
+    """`size` more bytes of the file being read: called by the reader as it streams, so that the
+    bar of a scan moves within a large file, not only when a file is done."""
+    hook = getattr(_reading, "hook", None)
+    if hook is not None:
+        hook(size)
+
+
 def credits(sources: Sequence[Source]) -> list[int]:
     """On-disk bytes to count as done when each source has been read, in the given order.
 
@@ -188,8 +197,12 @@ def tracked(
     clock: Callable[[], float] = time.monotonic,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[T]:
-    """`results` (one per source, in order) passed through, advancing a bar for the scan."""
+    """`results` (one per source, in order) passed through, advancing a bar for the scan.
+
+    Sources read in this thread (not in worker processes) also advance it as their bytes stream by
+    (`streamed`), up to the file's size; the rest of its size is credited when its result comes."""
     progress = Progress(total_files=len(sources), stream=stream, clock=clock, env=env)
+    previous = getattr(_reading, "hook", None)
     try:
         if not progress.enabled:
             yield from results
@@ -197,8 +210,20 @@ def tracked(
         # Stat'ing every file costs time on huge folders: only done when a bar will be drawn.
         sizes = credits(sources)
         progress.total_bytes = sum(sizes)
+        current = [0, 0]  # the source being read, and the bytes of it credited so far
+
+        def on_bytes(size: int) -> None:
+            room = (sizes[current[0]] if current[0] < len(sizes) else 0) - current[1]
+            step = min(size, room)
+            if step > 0:
+                current[1] += step
+                progress.advance(step)
+
+        _reading.hook = on_bytes
         for index, item in enumerate(results):
-            progress.advance(sizes[index] if index < len(sizes) else 0, 1)
+            progress.advance(max((sizes[index] if index < len(sizes) else 0) - current[1], 0), 1)
+            current[0], current[1] = index + 1, 0
             yield item
     finally:
+        _reading.hook = previous
         progress.close()

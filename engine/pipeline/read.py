@@ -16,6 +16,7 @@ from ..infer.fact import BaseFact
 from ..inputs.discover import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, looks_binary
 from ..kb.knowledge import KnowledgeBase
 from .facts import config_file_facts, env_report_facts, numbered_lines
+from .progress import streamed
 from .scan import FileScan, Scanner, scanner_for
 
 _worker_lock = threading.Lock()
@@ -36,8 +37,10 @@ class _Rejoined(io.RawIOBase):
         size = -1 if size is None else size
         if self._head:
             out, self._head = (self._head, b"") if size < 0 or size >= len(self._head) else (self._head[:size], self._head[size:])
-            return out
-        return self._rest.read(size)
+        else:
+            out = self._rest.read(size)
+        streamed(len(out))
+        return out
 
 
 def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:

@@ -78,5 +78,26 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def redact_model(model: Model) -> Model:
-    """A copy of a result model with every string redacted."""
-    return type(model).model_validate(_walk(model.model_dump(mode="json")))
+    """A copy of a result model with every string redacted.
+
+    Long lists of models (a diagnosis's inputs, one per file) are redacted item by item, and an item
+    redaction leaves unchanged is kept as it is: a folder of 100,000 files is not copied three times.
+    """
+    lists = {
+        name: value
+        for name, value in model
+        if isinstance(value, list) and len(value) > _ITEMWISE and all(isinstance(item, BaseModel) for item in value)
+    }
+    data = _walk(model.model_dump(mode="json", exclude=set(lists)))
+    for name, items in lists.items():
+        data[name] = [_redact_item(item) for item in items]
+    return type(model).model_validate(data)
+
+
+_ITEMWISE = 64
+
+
+def _redact_item(item: BaseModel) -> Any:
+    dumped = item.model_dump(mode="json")
+    walked = _walk(dumped)
+    return item if walked == dumped else walked

@@ -22,7 +22,7 @@ from .rank import Ranking, rank
 from .read import read_sources
 from .redact import redact_model
 from .render import FORMATS, format_diagnosis
-from .scan import FileScan, scanner_for
+from .scan import FileScan, compact, scanner_for
 from .timeline import RunDetails, build_details
 
 
@@ -71,9 +71,11 @@ def analyse(
         warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
-            scans.append(scan)
+            scans.append(compact(scan))
     facts.extend(run_facts(mode, scans, len(sources)))
-    facts.extend(stack_facts(kb, {s.display: s for s in sources}, scans, warnings))
+    # Only the files with stack dumps are opened again.
+    dumps = {scan.path for scan in scans if scan.stack_headers}
+    facts.extend(stack_facts(kb, {s.display: s for s in sources if s.display in dumps}, scans, warnings))
     for scan in scans:
         facts.extend(hit_facts(scan))
         facts.extend(echo_facts(scan))

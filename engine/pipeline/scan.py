@@ -1,26 +1,39 @@
 """Stage 2 — scan: stream every input in chunks and match the signatures.
 
-The fast path: all literals of all signatures form one prefilter that runs over whole chunks of
+The full path: all literals of all signatures form one prefilter that runs over whole chunks of
 bytes; only lines that contain a literal are decoded, normalised and matched with the signature's
 exact `regex` pattern. Per signature and file the scanner keeps a count, the first and last hit and
 a few samples, so memory does not grow with the size of the log.
+
+The aggregated path, for large inputs: a compiled matcher (pipeline/matcher.py) decides for a whole
+chunk which signatures each line matches, and the hits of lines that only count are aggregated
+without Python touching them: a count, the ranks, and where the last one is, made into a record
+when the chunk is done. Lines whose records are still wanted (the first and the samples), lines
+with anything else on them (failure words, config keys, stack headers, text the matcher's
+translation is not sound for) and lines of untranslated signatures take the full path, so the
+tallies, echoes, failures and warnings are the full path's. `Scanner(aggregate=False)` (or
+RLTRIAGE_SCAN=reference) keeps every line on the full path; the equivalence tests compare the two.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import threading
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from ..base.values import convert
 from ..base.vocabulary import InputKind, ValueType
 from ..inputs.failures import ParsedFailure, parse_failures
-from ..inputs.normalize import segments, timestamp
+from ..inputs.normalize import segments, strip_prefixes, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
+from .matcher import CONFIG, REDRAWN, SLOW, TRIGGER, LineMatcher, build_matcher
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
@@ -28,6 +41,9 @@ MAX_TEXT = 2000  # evidence text is cut to this many characters
 SAMPLES = 3
 MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
 REGEX_TIMEOUT = 0.25  # seconds one signature may spend on one line
+AGGREGATE_AFTER = 4 << 20  # bytes of a file read before the aggregated path takes over (auto mode)
+MAX_CONFIG = 10_000  # config echoes kept per file
+MAX_RANKS = 4096  # distinct ranks kept per tally
 
 
 # Keys the report and the smoke-test reduction quote even when no rule matches on them.
@@ -93,6 +109,8 @@ class Tally:
     last: HitRecord | None = None
     samples: list[HitRecord] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
+    # The aggregated path's last hit, not yet made into a record: the end of its line in the chunk.
+    pending: int | None = field(default=None, repr=False, compare=False)
 
     def add(self, record: HitRecord, repeat: int) -> None:
         self.count += repeat
@@ -101,7 +119,8 @@ class Tally:
         elif len(self.samples) < SAMPLES:
             self.samples.append(record)
         self.last = record
-        if record.rank is not None and len(self.ranks) < 4096:
+        self.pending = None
+        if record.rank is not None and len(self.ranks) < MAX_RANKS:
             self.ranks.add(record.rank)
 
 
@@ -121,7 +140,7 @@ class Unexplained:
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class FileScan:
     path: str
     kind: InputKind
@@ -133,6 +152,22 @@ class FileScan:
     unexplained: dict[str, Unexplained] = field(default_factory=dict)
     stack_headers: list[int] = field(default_factory=list)
     failures: list[ParsedFailure] = field(default_factory=list)
+
+
+_NOTHING: Any = MappingProxyType({})
+
+
+def compact(scan: FileScan) -> FileScan:
+    """The scan with its empty containers replaced by shared read-only ones (a scan is not changed
+    once it is done): what a folder of 100,000 small logs keeps per file is then little more than
+    its path."""
+    for name in ("tallies", "unexplained"):
+        if not getattr(scan, name):
+            setattr(scan, name, _NOTHING)
+    for name in ("config", "warnings", "stack_headers", "failures"):
+        if not getattr(scan, name):
+            setattr(scan, name, ())
+    return scan
 
 
 # Lines that look like failures. Matched only on lines the prefilter already picked up through the
@@ -153,6 +188,12 @@ FAILURE_TRIGGER = re.compile(
     r"|terminate called|Fatal Python error|exitcode|exit (?:code|status)|Exited with|Killed|Segmentation fault|Aborted"
     r"|Bus error|Illegal instruction|Floating point exception|received at time=|received by PID|Caught signal|zsh: "
 )
+# Words without which FAILURE_TRIGGER cannot match: lines without one need no trigger check.
+TRIGGER_WORDS = (
+    "Error", "Exception", "Exit", "Interrupt", "Fault", "Failure", "TimeoutExpired", "TooLarge", "Unavailable", "NotFound",
+    "terminate called", "Fatal Python error", "exitcode", "exit code", "exit status", "Exited with", "Killed", "Segmentation fault",
+    "Aborted", "Bus error", "Illegal instruction", "Floating point exception", "received at time=", "received by PID", "Caught signal", "zsh: ",
+)
 # A traceback's header keeps the lines after it, up to its exception line, whatever that is named
 # (`socket.gaierror: …`, `_queue.Empty` carry none of the words above).
 TRACEBACK_HEADER = "Traceback (most recent call last)"
@@ -164,6 +205,8 @@ FAILURE_TEXT = 1000  # context lines are cut to this many characters
 FAILURE_WINDOWS = (32, 96)  # windows kept from the start and from the end of a file
 FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
 STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
+# What else the full path looks for on a line: FAILURE_LINE's words, stack headers, Ray's repeat suffix.
+FULL_PATH_WORDS = (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, b"CRITICAL", b"[repeated ")
 STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
 MAX_UNEXPLAINED = 300
 MAX_STACK_HEADERS = 400
@@ -264,8 +307,17 @@ _CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'
 class Scanner:
     """Compiled once per knowledge base (and set of config keys); safe to share between threads."""
 
-    def __init__(self, kb: KnowledgeBase, config_keys: Iterable[str] = ()) -> None:
+    def __init__(self, kb: KnowledgeBase, config_keys: Iterable[str] = (), aggregate: bool | None = None) -> None:
+        """`aggregate`: True takes the aggregated path from a file's first byte, False never, None
+        (the default) once a file has streamed AGGREGATE_AFTER bytes."""
+        self.aggregate = aggregate
+        self._matcher: LineMatcher | None = None
+        self._matcher_built = False
+        self._cache_looked = False
+        self._matcher_lock = threading.Lock()
         self.signatures: list[CompiledSignature] = [s for s in kb.signatures.values() if s.model.scope == "line"]
+        self._by_id = {s.id: s for s in self.signatures}
+        self._plain: dict[Any, frozenset[int]] = {}
         self.unfiltered = [s for s in self.signatures if not s.literals]
         literals: dict[tuple[str, bool], list[CompiledSignature]] = {}
         for sig in self.signatures:
@@ -326,10 +378,18 @@ class Scanner:
         carry = b""
         tail = b""
         long_line_warned = False
+        streamed = 0
+        matcher = self.matcher() if self.aggregate else None
         while True:
             block = stream.read(CHUNK)
             if not block:
                 break
+            streamed += len(block)
+            if matcher is None and self.aggregate is None:
+                if streamed >= AGGREGATE_AFTER:
+                    matcher = self.matcher()
+                elif len(block) >= CHUNK:
+                    matcher = self._ready_matcher()  # a file of a chunk or more: from its start if that is free
             buffer = carry + block
             cut = buffer.rfind(b"\n") + 1
             if cut == 0 and len(buffer) > MAX_LINE:
@@ -340,18 +400,25 @@ class Scanner:
             chunk, carry = buffer[:cut], buffer[cut:]
             if chunk:
                 windows.chunk_start(chunk, line_no)
-                line_no += self._scan_chunk(chunk, line_no, kind, result, windows)
+                if matcher is not None:
+                    line_no += self._aggregate_chunk(matcher, chunk, line_no, kind, result, windows)
+                else:
+                    line_no += self._scan_chunk(chunk, line_no, kind, result, windows)
                 windows.chunk_done(chunk, line_no if chunk.endswith(b"\n") else line_no + 1)
                 tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
         if carry:
             windows.chunk_start(carry, line_no)
-            self._scan_chunk(carry, line_no, kind, result, windows)
+            if matcher is not None:
+                self._aggregate_chunk(matcher, carry, line_no, kind, result, windows)
+            else:
+                self._scan_chunk(carry, line_no, kind, result, windows)
             line_no += 1
             tail = (tail + carry)[-65536:]
         result.lines = line_no
         result.last_timestamp = _last_timestamp(tail)
         result.failures = parse_failures(windows.lines(), end=line_no)
         for tally in result.tallies.values():
+            tally.pending = None
             for record in (tally.first, *tally.samples, tally.last):
                 if record is not None:
                     record.resolve()
@@ -378,6 +445,406 @@ class Scanner:
             elif TRACEBACK_HEADER in line:
                 windows.add(chunk, start, end, line_no + 1, TRACEBACK_AFTER)
         return line_no - base_line + chunk.count(b"\n", counted_to)
+
+    def matcher(self) -> LineMatcher | None:
+        """The aggregated path's compiled matcher, built (or loaded from the disk cache) on first use;
+        None without Hyperscan, or when a signature without literals makes every line a candidate."""
+        with self._matcher_lock:
+            if not self._matcher_built:
+                self._matcher_built = True
+                if isinstance(self.prefilter, HyperscanPrefilter) and not self.unfiltered:
+                    self._matcher = build_matcher(self.signatures, self.config_keys, FULL_PATH_WORDS, TRIGGER_WORDS)
+            return self._matcher
+
+    def _ready_matcher(self) -> LineMatcher | None:
+        """The matcher when it costs nothing to have: already built, or in the disk cache (loading
+        takes milliseconds, compiling seconds). Looked for once."""
+        with self._matcher_lock:
+            if not self._matcher_built and not self._cache_looked:
+                self._cache_looked = True
+                if isinstance(self.prefilter, HyperscanPrefilter) and not self.unfiltered:
+                    found = build_matcher(self.signatures, self.config_keys, FULL_PATH_WORDS, TRIGGER_WORDS, cached_only=True)
+                    if found is not None:
+                        self._matcher, self._matcher_built = found, True
+            return self._matcher
+
+    def _aggregate_chunk(
+        self, matcher: LineMatcher, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows
+    ) -> int:
+        """The aggregated path over one chunk; returns the chunk's number of newlines.
+
+        1. The matcher reports, at the end of each line, the signatures and markers on it.
+        2. Lines with a launcher prefix or carriage-return redraws are cut into what the full path
+           matches (the text after the prefix, each kept redraw); the pieces of the whole chunk are
+           matched in one more scan.
+        3. In line order: lines with anything but signature hits, and hits whose tally still wants
+           records, take the full path; the others are counted, and the last hit of each signature
+           is made into its record when the chunk is done.
+        """
+        hits: list[int] = []
+        append = hits.append
+        find = chunk.find
+        size = len(chunk)
+        literal_markers = matcher.literal_markers
+
+        def on_match(index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
+            if index >= literal_markers:
+                end = find(b"\n", end)  # a literal marker: reported where it ends, wanted at the line's end
+                if end < 0:
+                    end = size
+            append(end << 11 | index)
+
+        matcher.scan(chunk, on_match)
+        hits.sort()
+        hits.append(-1)  # ends the last line
+        roles = matcher.roles
+        plain = self._plain_ids(matcher, kind)
+        pieces: list[bytes] = []
+        work: list[tuple[int, int, Any]] = []  # (line end, what to do, with what), in line order
+        rfind = chunk.rfind
+        current = -1
+        ids: list[int] = []
+        countable, widened = self._countable(matcher, kind)
+        unconfirmed: dict[int, list[tuple[int, bytes]]] = {}  # widened hits on countable lines, by work item
+        for hit in hits:
+            end = hit >> 11
+            if end == current:
+                ids.append(hit & 2047)
+                continue
+            if current >= 0:
+                start = rfind(b"\n", 0, current) + 1
+                prefixed = chunk[start : start + 1] in _PREFIX_STARTS
+                if not prefixed and plain.issuperset(ids):
+                    work.append((current, _COUNT, ids))  # the common line: exact signature hits, nothing else
+                elif not prefixed and countable.issuperset(ids):
+                    work.append((current, _COUNT, ids))  # the same, with hits to confirm first
+                    raw = chunk[start:current]
+                    for index in ids:
+                        if index in widened:
+                            unconfirmed.setdefault(index, []).append((len(work) - 1, raw))
+                else:
+                    self._sort_line(chunk, start, current, ids, prefixed, roles, result, work, pieces)
+            current = end
+            ids = [hit & 2047]
+        for index, lines in unconfirmed.items():
+            verdicts = matcher.verify(index, [raw for _item, raw in lines])
+            for number, (item, raw) in enumerate(lines):
+                end, what, line_ids = work[item]
+                if what != _COUNT:
+                    continue
+                if verdicts is not None:
+                    confirmed = verdicts[number]
+                else:
+                    try:
+                        confirmed = matcher.signatures[index].regex.search(raw.decode("utf-8"), timeout=REGEX_TIMEOUT) is not None
+                    except TimeoutError:
+                        work[item] = (end, _FULL, False)  # the full path gives up on it and says so
+                        continue
+                if not confirmed:
+                    line_ids.remove(index)
+        on_piece: list[list[int]] = [[] for _ in pieces]
+        if pieces:
+            self._match_pieces(matcher, pieces, on_piece)
+        for number, (end, what, data) in enumerate(work):
+            if what == _PIECES:
+                raw, cut = data
+                work[number] = (end, _HITS, (raw, [(index, rank, text) for piece, rank, text in cut for index in on_piece[piece]]))
+        self._confirm(matcher, work)
+        # The literals on the lines that take the full path, found in one scan.
+        literals_on = self._literals_on([chunk[chunk.rfind(b"\n", 0, end) + 1 : end] for end, what, _data in work if what == _FULL])
+        tallies = result.tallies
+        pending: dict[str, Tally] = {}
+        state = [0, base_line]  # where newlines were counted to, and the line number there
+        names = matcher.names
+        full = 0
+        # Signature ids whose tally keeps no more records (its samples are full, and stay so): a line
+        # with only those is counted as it stands.
+        saturated: dict[int, Tally] = {}
+        simple = self._simple_ids(matcher, kind)
+        for end, what, data in work:
+            if what == _COUNT:
+                if not data:
+                    continue  # its only hits were not confirmed
+                if saturated.keys() >= set(data) or self._saturate(data, tallies, names, saturated):
+                    for index in data:
+                        tally = saturated[index]
+                        tally.count += 1
+                        tally.pending = end
+                        pending[tally.signature] = tally
+                else:
+                    self._full_line(chunk, end, False, state, kind, result, windows)
+            elif what == _FULL:
+                self._full_line(chunk, end, data, state, kind, result, windows, literals_on[full])
+                full += 1
+            elif not self._count_hits(matcher, end, data[0], data[1], kind, result, pending, saturated, simple):
+                self._full_line(chunk, end, False, state, kind, result, windows)
+        # The last hits, made into records in line order, counting the chunk's newlines once.
+        waiting = sorted((t for t in pending.values() if t.pending is not None), key=lambda t: t.pending or 0)
+        counted_to = newlines = 0
+        for tally in waiting:
+            assert tally.pending is not None
+            start = rfind(b"\n", 0, tally.pending) + 1
+            newlines += chunk.count(b"\n", counted_to, start)
+            counted_to = start
+            self._resolve_pending(chunk, start, base_line + newlines + 1, tally)
+        return newlines + chunk.count(b"\n", counted_to)
+
+    @staticmethod
+    def _saturate(data: list[int], tallies: dict[str, Tally], names: tuple[str, ...], saturated: dict[int, Tally]) -> bool:
+        """Whether every tally of these ids keeps no more records; those that do not are noted."""
+        every = True
+        for index in data:
+            if index in saturated:
+                continue
+            tally = tallies.get(names[index])
+            if tally is not None and len(tally.samples) >= SAMPLES:
+                saturated[index] = tally
+            else:
+                every = False
+        return every
+
+    def _sort_line(
+        self,
+        chunk: bytes,
+        start: int,
+        end: int,
+        ids: list[int],
+        prefixed: bool,
+        roles: tuple[int, ...],
+        result: FileScan,
+        work: list[tuple[int, int, Any]],
+        pieces: list[bytes],
+    ) -> None:
+        """What the aggregated path does with a line that is not a plain count."""
+        marks = 0
+        found: list[int] = []
+        for index in ids:
+            role = roles[index]
+            if role:
+                marks |= role
+            elif index not in found:
+                found.append(index)
+        if marks & SLOW or (marks & CONFIG and len(result.config) < MAX_CONFIG):
+            work.append((end, _FULL, bool(marks & TRIGGER)))
+            return
+        raw = chunk[start:end]
+        if marks & REDRAWN:
+            parts = _kept_redraws(raw)
+            if parts is None:
+                work.append((end, _FULL, False))
+                return
+        elif prefixed and found:
+            parts = [raw]
+        else:
+            if found:
+                work.append((end, _HITS, (raw, [(index, None, raw) for index in found])))
+            return
+        cut: list[tuple[int, int | None, bytes]] = []
+        for part in parts:
+            text, rank = _after_prefix(part)
+            cut.append((len(pieces), rank, text))
+            pieces.append(text)
+        work.append((end, _PIECES, (raw, cut)))
+
+    def _confirm(self, matcher: LineMatcher, work: list[tuple[int, int, Any]]) -> None:
+        """Drop the hits their signature's pattern does not confirm: widened translations, and texts
+        that start like a prefix a translation's `^` lets through. A line where a pattern gives up
+        (timeout) takes the full path."""
+        wanted: dict[int, list[tuple[int, int, bytes]]] = {}
+        for number, (_end, what, data) in enumerate(work):
+            if what != _HITS:
+                continue
+            for position, (index, _rank, text) in enumerate(data[1]):
+                if not matcher.exact[index] or (matcher.anchored[index] and text[:1] in _PREFIX_STARTS):
+                    wanted.setdefault(index, []).append((number, position, text))
+        if not wanted:
+            return
+        rejected: set[tuple[int, int]] = set()
+        gave_up: set[int] = set()
+        for index, items in wanted.items():
+            sig = matcher.signatures[index]
+            by_database = [item for item in items if matcher.exact[index] or item[2][:1] not in _PREFIX_STARTS]
+            verdicts = matcher.verify(index, [text for _n, _p, text in by_database]) if by_database and not matcher.exact[index] else None
+            if verdicts is None:
+                by_database = []
+            for (number, position, _text), verdict in zip(by_database, verdicts or (), strict=False):
+                if not verdict:
+                    rejected.add((number, position))
+            done = {(number, position) for number, position, _text in by_database}
+            for number, position, text in items:
+                if (number, position) in done:
+                    continue
+                try:
+                    if sig.regex.search(text.decode("utf-8"), timeout=REGEX_TIMEOUT) is None:
+                        rejected.add((number, position))
+                except TimeoutError:
+                    gave_up.add(number)
+        for number in {n for n, _p in rejected} | gave_up:
+            end, _what, (raw, hits) = work[number]
+            if number in gave_up:
+                work[number] = (end, _FULL, False)
+            else:
+                work[number] = (end, _HITS, (raw, [hit for position, hit in enumerate(hits) if (number, position) not in rejected]))
+
+    def _literals_on(self, lines: list[bytes]) -> list[list[str] | None]:
+        """For each line, the prefilter's literals on it (None: none at all), in one scan."""
+        out: list[list[str] | None] = [None] * len(lines)
+        if not lines or self.prefilter is None:
+            return out
+        starts: dict[int, int] = {}
+        offset = 0
+        for number, line in enumerate(lines):
+            starts[offset] = number
+            offset += len(line) + 1
+        for start, _end, found in self.prefilter.lines(b"\n".join(lines)):
+            out[starts[start]] = found
+        return out
+
+    def _plain_ids(self, matcher: LineMatcher, kind: InputKind) -> frozenset[int]:
+        """Signature ids whose hit on an ordinary line is a hit as it stands, for files of this kind."""
+        key = (id(matcher), kind)
+        found = self._plain.get(key)
+        if found is None:
+            found = self._plain[key] = frozenset(
+                index
+                for index, sig in enumerate(matcher.signatures)
+                if matcher.exact[index] and not matcher.gated[index] and not sig.model.distinct and not (sig.model.kinds and kind not in sig.model.kinds)
+            )
+        return found
+
+    def _simple_ids(self, matcher: LineMatcher, kind: InputKind) -> frozenset[int]:
+        """Signature ids whose confirmed hit in a file of this kind counts without more checks."""
+        key = (id(matcher), kind, "simple")
+        found = self._plain.get(key)
+        if found is None:
+            found = self._plain[key] = frozenset(
+                index
+                for index, sig in enumerate(matcher.signatures)
+                if not matcher.gated[index] and not sig.model.distinct and not (sig.model.kinds and kind not in sig.model.kinds)
+            )
+        return found
+
+    def _countable(self, matcher: LineMatcher, kind: InputKind) -> tuple[frozenset[int], frozenset[int]]:
+        """Signature ids a plain line may be counted with (after confirming the widened ones)."""
+        key = (id(matcher), kind, "countable")
+        found = self._plain.get(key)
+        if found is None:
+            widened = frozenset(
+                index
+                for index, sig in enumerate(matcher.signatures)
+                if matcher.widened[index] and not matcher.gated[index] and not sig.model.distinct and not (sig.model.kinds and kind not in sig.model.kinds)
+            )
+            found = self._plain[key] = self._plain_ids(matcher, kind) | widened
+            self._plain[(id(matcher), kind, "widened")] = widened
+        return found, self._plain[(id(matcher), kind, "widened")]
+
+    def _match_pieces(self, matcher: LineMatcher, pieces: list[bytes], on_piece: list[list[int]]) -> None:
+        """Match the pieces of lines (texts after prefixes, redraws) in one scan; fills `on_piece`."""
+        ends: list[int] = []
+        offset = -1
+        for piece in pieces:
+            offset += len(piece) + 1
+            ends.append(offset)  # where each piece's newline is (or the buffer ends)
+        count = len(matcher.signatures)
+        found: list[int] = []
+        record = found.append
+
+        def on_match(index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
+            if index < count:
+                record(end << 11 | index)
+
+        matcher.scan(b"\n".join(pieces), on_match)
+        for hit in found:
+            number = bisect_left(ends, hit >> 11)
+            index = hit & 2047
+            if index not in on_piece[number]:
+                on_piece[number].append(index)
+
+    def _count_hits(
+        self,
+        matcher: LineMatcher,
+        end: int,
+        raw: bytes,
+        hits: list[tuple[int, int | None, bytes]],
+        kind: InputKind,
+        result: FileScan,
+        pending: dict[str, Tally],
+        saturated: dict[int, Tally],
+        simple: frozenset[int],
+    ) -> bool:
+        """Count a line's (confirmed) hits; False when the line must take the full path instead."""
+        kept: list[tuple[Tally, int | None]] = []
+        for index, rank, _text in hits:
+            if index in saturated and index in simple:
+                kept.append((saturated[index], rank))
+                continue
+            sig = matcher.signatures[index]
+            if sig.model.kinds and kind not in sig.model.kinds:
+                continue
+            if matcher.gated[index] and not self._holds_literal(sig, raw):
+                continue
+            tally = result.tallies.get(sig.id)
+            if sig.model.distinct or tally is None or len(tally.samples) < SAMPLES:
+                return False  # its tally depends on the values, or still wants records
+            saturated[index] = tally
+            kept.append((tally, rank))
+        for tally, rank in kept:
+            tally.count += 1
+            if rank is not None and len(tally.ranks) < MAX_RANKS:
+                tally.ranks.add(rank)
+            tally.pending = end
+            pending[tally.signature] = tally
+        return True
+
+    @staticmethod
+    def _holds_literal(sig: CompiledSignature, raw: bytes) -> bool:
+        haystack = raw.lower() if sig.ignore_case else raw
+        return any((literal.lower() if sig.ignore_case else literal).encode("utf-8") in haystack for literal in sig.literals or ())
+
+    def _full_line(
+        self,
+        chunk: bytes,
+        end: int,
+        trigger: bool,
+        state: list[int],
+        kind: InputKind,
+        result: FileScan,
+        windows: FailureWindows,
+        found: list[str] | None | bool = True,
+    ) -> None:
+        """One line on the full path, exactly as `_scan_chunk` treats a candidate line. `found`: the
+        prefilter's literals on it (None: none), True to look them up here."""
+        start = chunk.rfind(b"\n", 0, end) + 1
+        state[1] += chunk.count(b"\n", state[0], start)
+        state[0] = start
+        raw = chunk[start:end]
+        if found is True:
+            found = self._literals_on([raw])[0]
+        if found is None or found is False:
+            return  # no literal: the full path never looks at this line
+        line = raw.decode("utf-8", "replace")
+        self._match_line(line, state[1] + 1, kind, result, self._signatures_for(found, line))
+        if trigger and FAILURE_TRIGGER.search(line):
+            windows.add(chunk, start, end, state[1] + 1)
+        elif TRACEBACK_HEADER in line:
+            windows.add(chunk, start, end, state[1] + 1, TRACEBACK_AFTER)
+
+    def _resolve_pending(self, chunk: bytes, start: int, line_no: int, tally: Tally) -> None:
+        """Make the aggregated last hit of a tally (on line `line_no`, from `start`) into the record
+        the full path would have kept."""
+        end = tally.pending
+        assert end is not None
+        tally.pending = None
+        sig = self._by_id[tally.signature]
+        for segment in reversed(segments(chunk[start:end].decode("utf-8", "replace"))):
+            try:
+                match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
+            except TimeoutError:
+                continue
+            if match is not None:
+                tally.last = HitRecord(line_no, segment.raw[:MAX_TEXT], segment.rank, match, sig)
+                return
+        raise AssertionError(f"the aggregated path counted a hit of {sig.id} that its pattern does not match on line {line_no}")
 
     def _signatures_for(self, found: list[str], line: str) -> list[CompiledSignature]:
         """The signatures whose literals the prefilter found on a line (plus those with no literal)."""
@@ -428,6 +895,35 @@ class Scanner:
                 for match in self.config_re.finditer(segment.text):
                     if len(result.config) < 10_000:
                         result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, segment.raw[:MAX_TEXT]))
+
+
+_COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a line
+_PREFIX_STARTS = (b"(", b"[")
+
+
+def _is_redraw(part: bytes) -> bool:
+    return b"%|" in part and (b"it/s" in part or b"s/it" in part or b"?it" in part)
+
+
+def _kept_redraws(raw: bytes) -> list[bytes] | None:
+    """The pieces of a line with carriage returns that `normalize.segments` keeps (None: none)."""
+    parts = [p for p in raw.split(b"\r") if p.strip()]
+    if not parts:
+        return None
+    if len(parts) > 4:
+        parts = [parts[0], *(p for p in parts[1:-2] if not _is_redraw(p)), *parts[-2:]]
+    return parts
+
+
+def _after_prefix(part: bytes) -> tuple[bytes, int | None]:
+    """The text a launcher prefix leaves (the very object when there is none), and the rank it names."""
+    if part[:1] not in (b"(", b"["):
+        return part, None
+    line = part.decode("utf-8")
+    text, rank, _actor = strip_prefixes(line)
+    if len(text) == len(line):
+        return part, None
+    return part[len(line) - len(text) :], rank  # prefixes are ASCII on lines the matcher passes
 
 
 class RegexPrefilter:
@@ -566,6 +1062,19 @@ def config_keys(kb: KnowledgeBase) -> list[str]:
     return sorted(keys)
 
 
+SCAN_MODES = {"reference": False, "aggregate": True, "auto": None}
+
+
 def scanner_for(kb: KnowledgeBase) -> Scanner:
-    """The knowledge base's scanner, built once and kept with it."""
-    return kb.cache.get("scanner", lambda: Scanner(kb, config_keys(kb)))
+    """The knowledge base's scanner, built once and kept with it. RLTRIAGE_SCAN=reference keeps every
+    line on the full path, =aggregate takes the aggregated path from the first byte (for tests)."""
+    mode = SCAN_MODES.get(os.environ.get("RLTRIAGE_SCAN", "auto"), None)
+    return kb.cache.get(("scanner", mode), lambda: _frozen(Scanner(kb, config_keys(kb), aggregate=mode)))
+
+
+def _frozen(scanner: Scanner) -> Scanner:
+    """The scanner, once every object alive (the knowledge base, its compiled patterns) has been
+    moved out of the collector's sight: they live as long as the process, and a scan allocates per
+    line, which would have the collector walk them over and over."""
+    gc.freeze()
+    return scanner

@@ -1,0 +1,311 @@
+"""The compiled matcher of the aggregated scan: one Hyperscan database that says, for every line of a
+chunk, which signatures it matches and whether it must take the full path.
+
+Every signature Hyperscan can express (kb/translate.py) reports each line it matches once, at the
+line's end. Markers report the lines the translation is not sound for, or that carry more than
+signature hits: lines with control characters or other non-ASCII text than tqdm's block elements,
+Ray's `[repeated Nx …]` suffix, failure and stack-dump words, config keys, the literals of the
+signatures left untranslated. Lines with carriage returns are reported too: the scanner matches
+their kept redraws again one by one. A pattern's `^` also allows the launcher prefixes the
+normaliser strips (PREFIXES), so that on a line with a prefix the hits are a superset of the
+signatures the text after it matches: the scanner matches that text again.
+
+Compiling takes seconds, so the database is built only for inputs large enough to need it and is
+kept on disk next to the validated knowledge base, keyed by everything it is built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..kb import translate as translate_module
+from ..kb.knowledge import CompiledSignature
+from ..kb.literals import implied
+from ..kb.load import cache_dir
+from ..kb.translate import translate
+
+# Roles of the ids that are not signatures' (signatures have role 0), as bits.
+SLOW = 1  # the line takes the full path
+CONFIG = 2  # a config key: the full path while the file's config echoes are still being kept
+TRIGGER = 4  # a word of the failure trigger: the full path, checking for a failure window
+REDRAWN = 8  # carriage returns: match each redraw the normaliser keeps
+
+# Everything inputs/normalize.strip_prefixes can take off the start of a line (Ray's `(actor pid=…)`,
+# `[rank3]:`, up to four of them) and more: `^` in a translation stands for the line's start or the
+# end of such prefixes.
+PREFIXES = r"^(?:\([^)\n]*\)[\t\x0b-\x0d\x1c-\x20]?|\[(?:rank[0-9]+|[A-Za-z_]+[0-9]+)\]:[\t\x0b-\x0d\x1c-\x20]?){0,4}"
+
+FORMAT = 1  # bump when what is cached changes meaning
+_SUFFIX = r"[^\n]*$"  # report once per line, at its end
+# Lines the translations are not sound for: control characters other than tab (carriage returns are
+# handled by REDRAWN), and any non-ASCII byte sequence but a block element (E2 96 80-9F).
+_UNSOUND_TEXT = (
+    r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]",
+    r"[\xc0-\xe1\xe3-\xff]",
+    r"^[\x80-\xbf]",
+    r"[\x00-\x7f][\x80-\xbf]",
+    r"\xe2[\x00-\x95\x97-\xff]",
+    r"\xe2$",
+    r"\xe2\x96[\x00-\x7f\xa0-\xff]",
+    r"\xe2\x96$",
+    r"\xe2\x96[\x80-\x9f][\x80-\xbf]",
+)
+
+
+def _escape(text: str) -> str:
+    return "".join(chr(byte) if chr(byte).isalnum() or byte == 0x20 else f"\\x{byte:02x}" for byte in text.encode("utf-8"))
+
+
+def _literal(text: str, caseless: bool) -> str:
+    return f"(?i:{_escape(text)})" if caseless else _escape(text)
+
+
+def _gated(sig: CompiledSignature) -> bool:
+    """Whether the literals the prefilter looks for are not implied by the pattern (declared by hand
+    and not found in every match): the full path only tries the signature on lines holding one."""
+    return sig.model.literals is not None and not implied(sig.model.pattern, list(sig.literals or ()), sig.ignore_case)
+
+
+@dataclass
+class LineMatcher:
+    database: Any
+    signatures: tuple[CompiledSignature, ...]  # ids 0 … n-1
+    exact: tuple[bool, ...]  # False: a hit is confirmed with the signature's pattern
+    gated: tuple[bool, ...]  # True: a hit counts only on a line holding one of the signature's literals
+    anchored: tuple[bool, ...]  # True: the pattern depends on where the text starts (PREFIXES stand in)
+    roles: tuple[int, ...]  # by id: 0 for a signature, else the bits above
+    widened: tuple[bool, ...]  # inexact only because long bounded repeats were widened: verify() is exact
+    literal_markers: int  # ids from here on are literals, reported where they end, not at the line's end
+    names: tuple[str, ...] = ()  # the signatures' ids, by id
+    _local: threading.local = field(default_factory=threading.local, repr=False)
+    _verifiers: dict[int, Any] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.names = tuple(sig.id for sig in self.signatures)
+
+    def scan(self, data: bytes, handler: Any) -> None:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            import hyperscan  # type: ignore[import-not-found]
+
+            scratch = self._local.scratch = hyperscan.Scratch(self.database)
+        self.database.scan(data, match_event_handler=handler, scratch=scratch)
+
+    def verifier(self, index: int) -> Any:
+        """For a signature whose translation is inexact only because its long bounded repeats were
+        widened, the exact translation in a database of its own (built on first use: long bounds
+        compile slowly, and most such signatures never match); None for the others."""
+        with self._lock:
+            if index not in self._verifiers:
+                self._verifiers[index] = _verifier(self.signatures[index])
+            return self._verifiers[index]
+
+    def verify(self, index: int, texts: list[bytes]) -> list[bool] | None:
+        """Which of the texts (no newlines in them) the signature's exact translation matches; None
+        when it has none."""
+        database = self.verifier(index)
+        if database is None:
+            return None
+        ends: list[int] = []
+        offset = -1
+        for text in texts:
+            offset += len(text) + 1
+            ends.append(offset)
+        matched = [False] * len(texts)
+
+        def on_match(_index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
+            matched[bisect_left(ends, end)] = True
+
+        scratches = getattr(self._local, "verifiers", None)
+        if scratches is None:
+            scratches = self._local.verifiers = {}
+        scratch = scratches.get(index)
+        if scratch is None:
+            import hyperscan
+
+            scratch = scratches[index] = hyperscan.Scratch(database)
+        database.scan(b"\n".join(texts), match_event_handler=on_match, scratch=scratch)
+        return matched
+
+
+def _widened_only(sig: CompiledSignature) -> bool:
+    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
+    return translation is not None and translation.exact
+
+
+def _verifier(sig: CompiledSignature) -> Any:
+    import hyperscan
+
+    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
+    if translation is None or not translation.exact:
+        return None
+    flags = hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_CASELESS if translation.caseless else 0)
+    folder = cache_dir()
+    key = hashlib.sha256(f"{FORMAT}\0{getattr(hyperscan, '__version__', '')}\0{flags}\0{translation.expression}".encode()).hexdigest()[:32]
+    cache = folder / f"verify-{key}.hsdb" if folder else None
+    if cache is not None and cache.is_file():
+        try:
+            return hyperscan.loadb(cache.read_bytes(), hyperscan.HS_MODE_BLOCK)
+        except (OSError, hyperscan.error):
+            pass
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    try:
+        database.compile(expressions=[translation.expression.encode()], ids=[0], elements=1, flags=[flags])
+    except hyperscan.error:
+        return None
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_bytes(hyperscan.dumpb(database))
+            os.replace(temporary, cache)
+        except OSError:
+            pass
+    return database
+
+
+def build_matcher(
+    signatures: Sequence[CompiledSignature],
+    config_keys: Sequence[str],
+    slow_words: Sequence[bytes],
+    trigger_words: Sequence[str],
+    cached_only: bool = False,
+) -> LineMatcher | None:
+    """The matcher for these signatures, from the disk cache when it is there; None without Hyperscan
+    (and, with `cached_only`, when it is not in the cache: it is not compiled then)."""
+    try:
+        import hyperscan
+    except ImportError:
+        return None
+    digest = hashlib.sha256(f"{FORMAT}\0{getattr(hyperscan, '__version__', '')}".encode())
+    for module in (__file__, translate_module.__file__):  # how the database is built is part of the key
+        digest.update(Path(module).read_bytes() if module else b"")
+    for sig in signatures:
+        digest.update(json.dumps([sig.id, sig.model.pattern, sig.ignore_case, sig.literals, sig.model.literals]).encode())
+    digest.update(json.dumps([list(config_keys), [w.decode() for w in slow_words], list(trigger_words)]).encode())
+    folder = cache_dir()
+    cache = folder / f"scan-{digest.hexdigest()[:32]}.hsdb" if folder else None
+    by_id = {sig.id: sig for sig in signatures}
+    if cache is not None and cache.is_file():
+        try:
+            header, _, blob = cache.read_bytes().partition(b"\n")
+            meta = json.loads(header)
+            return LineMatcher(
+                hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK),
+                tuple(by_id[i] for i in meta["signatures"]),
+                tuple(meta["exact"]),
+                tuple(meta["gated"]),
+                tuple(meta["anchored"]),
+                tuple(meta["roles"]),
+                tuple(meta["widened"]),
+                meta["literal_markers"],
+            )
+        except (OSError, ValueError, KeyError, TypeError, hyperscan.error):
+            pass  # a stale or damaged cache is just rebuilt
+    if cached_only:
+        return None
+    matcher, meta = _compile(hyperscan, signatures, config_keys, slow_words, trigger_words)
+    if cache is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_bytes(json.dumps(meta).encode() + b"\n" + hyperscan.dumpb(matcher.database))
+            os.replace(temporary, cache)
+        except OSError:
+            pass  # an unwritable cache only costs speed
+    return matcher
+
+
+def _compile(
+    hyperscan: Any, signatures: Sequence[CompiledSignature], config_keys: Sequence[str], slow_words: Sequence[bytes], trigger_words: Sequence[str]
+) -> tuple[LineMatcher, dict[str, Any]]:
+    translated: list[tuple[CompiledSignature, str, int, bool]] = []
+    untranslated: list[CompiledSignature] = []
+    for sig in signatures:
+        translation = None if not sig.literals else translate(sig.model.pattern, sig.ignore_case, PREFIXES)
+        if translation is None:
+            untranslated.append(sig)
+            continue
+        flags = hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_CASELESS if translation.caseless else 0)
+        translated.append((sig, translation.expression, flags, translation.exact))
+    try:
+        return _assemble(hyperscan, translated, untranslated, config_keys, slow_words, trigger_words)
+    except hyperscan.error:
+        # Some translations Hyperscan still refuses (too large, empty matches): found by halving.
+        kept = _compilable(hyperscan, translated)
+        untranslated += [item[0] for item in translated if item not in kept]
+        return _assemble(hyperscan, kept, untranslated, config_keys, slow_words, trigger_words)
+
+
+def _assemble(
+    hyperscan: Any,
+    kept: list[tuple[CompiledSignature, str, int, bool]],
+    untranslated: list[CompiledSignature],
+    config_keys: Sequence[str],
+    slow_words: Sequence[bytes],
+    trigger_words: Sequence[str],
+) -> tuple[LineMatcher, dict[str, Any]]:
+    markers: list[tuple[str, int]] = [(pattern if pattern.endswith("$") else pattern + _SUFFIX, SLOW) for pattern in _UNSOUND_TEXT]
+    markers.append((r"\r" + _SUFFIX, REDRAWN))
+    # Literals are reported where they end (the scanner finds the line's end): one pattern each
+    # compiles in milliseconds, where an alternation with a suffix takes seconds.
+    literal_markers = len(kept) + len(markers)
+    literals: dict[str, int] = {}
+    for sig in untranslated:
+        for literal in sig.literals or ():
+            literals[_literal(literal, sig.ignore_case)] = SLOW
+    for raw_word in slow_words:
+        literals[_literal(raw_word.decode(), False)] = SLOW
+    for key in config_keys:
+        literals.setdefault(_literal(key, False), CONFIG)
+    for word in trigger_words:
+        literals[_literal(word, False)] = literals.get(_literal(word, False), 0) | SLOW | TRIGGER
+    markers += sorted(literals.items())
+    expressions = [expression for _sig, expression, _flags, _exact in kept] + [pattern for pattern, _role in markers]
+    flags = [f for _sig, _expression, f, _exact in kept] + [hyperscan.HS_FLAG_MULTILINE] * len(markers)
+    database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+    database.compile(expressions=[e.encode() for e in expressions], ids=list(range(len(expressions))), elements=len(expressions), flags=flags)
+    exact = [item[3] for item in kept]
+    gated = [_gated(item[0]) for item in kept]
+    anchored = [PREFIXES in item[1] for item in kept]
+    roles = [0] * len(kept) + [role for _pattern, role in markers]
+    widened = [not item[3] and _widened_only(item[0]) for item in kept]
+    meta = {
+        "signatures": [item[0].id for item in kept], "exact": exact, "gated": gated, "anchored": anchored, "roles": roles,
+        "widened": widened, "literal_markers": literal_markers,
+    }
+    matcher = LineMatcher(
+        database, tuple(item[0] for item in kept), tuple(exact), tuple(gated), tuple(anchored), tuple(roles), tuple(widened), literal_markers
+    )
+    return matcher, meta
+
+
+def _compilable(hyperscan: Any, items: list[Any]) -> list[Any]:
+    def compiles(group: list[Any]) -> bool:
+        database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        try:
+            database.compile(
+                expressions=[item[1].encode() for item in group], ids=list(range(len(group))), elements=len(group), flags=[item[2] for item in group]
+            )
+        except hyperscan.error:
+            return False
+        return True
+
+    def keep(group: list[Any]) -> list[Any]:
+        if not group or compiles(group):
+            return group
+        if len(group) == 1:
+            return []
+        middle = len(group) // 2
+        return keep(group[:middle]) + keep(group[middle:])
+
+    return keep(items)

@@ -1,0 +1,216 @@
+"""The aggregated scan gives exactly what the full path gives: the same tallies (counts, ranks, first,
+samples and last records with their values and timestamps), config echoes, unexplained lines, stack
+headers, failures and warnings, and so the same facts and the same report, on every fixture and on
+generated logs built to exercise what the aggregated path treats specially."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rltriage
+from rltriage import KnowledgeBase
+from rltriage.base.vocabulary import InputKind
+from rltriage.pipeline.render import render_report
+from rltriage.pipeline.run import analyse
+from rltriage.pipeline.scan import CHUNK, SAMPLES, FileScan, Scanner, config_keys
+
+from ..conftest import all_fixtures
+
+
+@pytest.fixture(scope="module")
+def scanners(kb: KnowledgeBase) -> tuple[Scanner, Scanner]:
+    reference = Scanner(kb, config_keys(kb), aggregate=False)
+    aggregated = Scanner(kb, config_keys(kb), aggregate=True)
+    if aggregated.matcher() is None:
+        pytest.skip("no Hyperscan: there is no aggregated path")
+    return reference, aggregated
+
+
+def _record(record: Any) -> Any:
+    return None if record is None else (record.line, record.text, record.rank, repr(record.values), record.timestamp)  # repr: nan != nan
+
+
+def summary(scan: FileScan) -> dict[str, Any]:
+    return {
+        "lines": scan.lines,
+        "last_timestamp": scan.last_timestamp,
+        "tallies": {
+            key: (t.signature, t.count, sorted(t.ranks), _record(t.first), [_record(r) for r in t.samples], _record(t.last))
+            for key, t in scan.tallies.items()
+        },
+        "tally_order": list(scan.tallies),
+        "config": [(e.key, e.value, e.line, e.text) for e in scan.config],
+        "warnings": scan.warnings,
+        "unexplained": {k: (u.count, u.line, u.text) for k, u in scan.unexplained.items()},
+        "stack_headers": scan.stack_headers,
+        "failures": [repr(f) for f in scan.failures],
+    }
+
+
+def assert_same_scan(scanners: tuple[Scanner, Scanner], data: bytes, kind: InputKind = InputKind.driver_log) -> FileScan:
+    reference, aggregated = scanners
+    expected = summary(reference.scan("run.log", kind, io.BytesIO(data)))
+    got = aggregated.scan("run.log", kind, io.BytesIO(data))
+    actual = summary(got)
+    for field in expected:
+        if field == "tallies":
+            for key in sorted(set(expected[field]) | set(actual[field])):
+                assert actual[field].get(key) == expected[field].get(key), f"tally {key!r}"
+        assert actual[field] == expected[field], field
+    return got
+
+
+def report_of(paths: list[str], kb: KnowledgeBase) -> tuple[list[Any], str]:
+    analysis = analyse(paths, kb=kb)
+    facts = [(f.type, sorted(f.fields.items(), key=lambda item: item[0]), f.evidence) for f in analysis.facts]
+    return facts, render_report(kb, analysis.diagnosis, "json")
+
+
+@pytest.mark.parametrize("fixture", all_fixtures(), ids=lambda p: p.relative_to(p.parents[1]).as_posix())
+def test_every_fixture_gives_the_same_facts_and_report(fixture: Path, kb: KnowledgeBase, scanners: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    inputs = [str(p) for p in sorted(fixture.iterdir()) if p.name != "expect.yaml"]
+    monkeypatch.setenv("RLTRIAGE_SCAN", "reference")
+    expected = report_of(inputs, kb)
+    monkeypatch.setenv("RLTRIAGE_SCAN", "aggregate")
+    assert report_of(inputs, kb) == expected
+
+
+# Lines the aggregated path treats specially, around signatures' own example lines.
+DECORATIONS = (
+    lambda line: line,
+    lambda line: line,
+    lambda line: "(WorkerDict pid=4242, ip=10.0.0.7) " + line,
+    lambda line: "[rank3]:" + line,
+    lambda line: "[rank5]: " + line,
+    lambda line: "[default1]:" + line,
+    lambda line: "(raylet) " + line,
+    lambda line: "(pid=77) [rank2]:" + line,
+    lambda line: "(not a prefix) " + line,
+    lambda line: "[INFO] " + line,
+    lambda line: line + " [repeated 3x across cluster]",
+    lambda line: "\x1b[32m" + line + "\x1b[0m",
+    lambda line: line + "\r",
+    lambda line: " 10%|█         | 1/10 [00:01<00:09, 1.00s/it]\r" + line,
+    lambda line: line + "\r 20%|██        | 2/10 [00:02<00:08, 1.00s/it]",
+    lambda line: "\r".join([" 30%|███       | 3/10 [00:03<00:07, 1.00s/it]"] * 6 + [line]),
+    lambda line: line + " é",
+    lambda line: line + " ٣",
+    lambda line: line + "\x0c",
+    lambda line: "\t" + line,
+    lambda line: line.upper(),
+    lambda line: line + " ERROR",
+    lambda line: line + " num_generations=8",
+)
+
+
+def example_lines(kb: KnowledgeBase) -> list[str]:
+    lines: list[str] = []
+    for sig in kb.signatures.values():
+        if sig.model.scope == "line":
+            lines += [example.line for example in sig.model.examples.match]
+            lines += list(sig.model.examples.no_match)
+    return [line for line in lines if "\n" not in line]
+
+
+def generated_log(kb: KnowledgeBase, seed: int, size: int) -> bytes:
+    rng = random.Random(seed)
+    pool = example_lines(kb)
+    out: list[str] = []
+    written = 0
+    while written < size:
+        line = rng.choice(DECORATIONS)(rng.choice(pool))
+        # Runs of one line: hits beyond the samples are what the aggregated path counts.
+        for _ in range(rng.choice((1, 1, 2, SAMPLES + 3))):
+            out.append(line)
+            written += len(line) + 1
+    return ("\n".join(out) + "\n").encode("utf-8")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_generated_logs_give_the_same_scan(kb: KnowledgeBase, scanners: Any, seed: int) -> None:
+    scan = assert_same_scan(scanners, generated_log(kb, seed, 3 * CHUNK // 2))
+    assert sum(t.count for t in scan.tallies.values()) > 1000
+
+
+def test_config_echoes_past_their_cap_and_lines_across_chunks(kb: KnowledgeBase, scanners: Any) -> None:
+    lines = [f"step {i} max_completion_length={i % 7} {{'loss': 0.{i}, 'grad_norm': 0.5, 'learning_rate': 1e-06}}" for i in range(12_000)]
+    lines += [" 40%|████      | 4/10 [00:04<00:06, 1.00s/it]"] * 20_000
+    lines += ["x" * (CHUNK + 100) + " Model loading took 1.5 GiB and 2.0 seconds", "(pid=1) Model loading took 2.5 GiB and 3.0 seconds"]
+    assert_same_scan(scanners, ("\n".join(lines)).encode("utf-8"))
+
+
+def test_the_bench_logs_give_the_same_facts_and_report(kb: KnowledgeBase, scanners: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = Path(__file__).resolve().parents[2] / "bench" / "run.py"
+    namespace: dict[str, Any] = {"__name__": "bench"}
+    exec(compile(bench.read_text(encoding="utf-8"), str(bench), "exec"), namespace)  # noqa: S102 - the bench script's generators
+    for mode in ("sparse", "dense"):
+        log = tmp_path / f"{mode}.log"
+        namespace["write_log"](log, 3 * CHUNK, seed=5, mode=mode)
+        assert_same_scan(scanners, log.read_bytes())
+        monkeypatch.setenv("RLTRIAGE_SCAN", "reference")
+        expected = report_of([str(log)], kb)
+        monkeypatch.setenv("RLTRIAGE_SCAN", "aggregate")
+        assert report_of([str(log)], kb) == expected
+
+
+POOL: list[str] = []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, len(DECORATIONS) - 1), st.integers(1, 8)), min_size=1, max_size=60))
+def test_any_mix_of_example_lines_gives_the_same_scan(scanners: Any, picks: list[tuple[int, int, int]]) -> None:
+    if not POOL:
+        POOL.extend(example_lines(rltriage.load_knowledge_base()))
+    lines = [DECORATIONS[decoration](POOL[index % len(POOL)]) for index, decoration, repeat in picks for _ in range(repeat)]
+    assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+
+
+def _paths_taken(scanner: Scanner, data: bytes, monkeypatch: pytest.MonkeyPatch) -> tuple[FileScan, list[str]]:
+    """The scan of `data`, and which path each chunk took, in order."""
+    taken: list[str] = []
+    full, aggregated = scanner._scan_chunk, scanner._aggregate_chunk
+
+    def on_full(*args: Any) -> int:
+        taken.append("full")
+        return full(*args)
+
+    def on_aggregated(*args: Any) -> int:
+        taken.append("aggregated")
+        return aggregated(*args)
+
+    monkeypatch.setattr(scanner, "_scan_chunk", on_full)
+    monkeypatch.setattr(scanner, "_aggregate_chunk", on_aggregated)
+    return scanner.scan("run.log", InputKind.driver_log, io.BytesIO(data)), taken
+
+
+def test_a_large_file_takes_the_aggregated_path_from_its_start_when_the_matcher_is_cached(
+    kb: KnowledgeBase, scanners: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLTRIAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLTRIAGE_NO_CACHE", raising=False)
+    data = generated_log(kb, 5, 2 * CHUNK + 1000)
+    expected = summary(scanners[0].scan("run.log", InputKind.driver_log, io.BytesIO(data)))
+
+    # Nothing cached: the first chunks take the full path (the matcher is compiled only past 4 MiB).
+    cold = Scanner(kb, config_keys(kb), aggregate=None)
+    scan, taken = _paths_taken(cold, data, monkeypatch)
+    assert summary(scan) == expected
+    assert taken and set(taken) == {"full"}
+
+    cold.matcher()  # compiled, and written to the disk cache
+    assert list((tmp_path / "cache").glob("scan-*.hsdb"))
+    warm = Scanner(kb, config_keys(kb), aggregate=None)  # a new process would find it there
+    scan, taken = _paths_taken(warm, data, monkeypatch)
+    assert summary(scan) == expected
+    assert taken and set(taken) == {"aggregated"}
+
+    # A file smaller than a chunk stays on the full path, cached matcher or not.
+    scan, taken = _paths_taken(warm, data[: CHUNK // 2].rsplit(b"\n", 1)[0] + b"\n", monkeypatch)
+    assert set(taken) == {"full"}
