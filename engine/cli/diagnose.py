@@ -13,14 +13,16 @@ from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
 from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, use_colour, write_output
-from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs, output_format
+from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, VERBOSE, jobs, output_format, say_knowledge_base
 
 
 def _run(
-    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1
+    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1,
+    verbose: bool = False,
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
+    say_knowledge_base(analysis.kb.packs, verbose)
     report_warnings(analysis.diagnosis)
     fmt = output_format(fmt, output)
     write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output), details=analysis.details), output)
@@ -35,11 +37,12 @@ def _run(
 @OUTPUT
 @NO_REDACT
 @jobs("Worker processes reading files in parallel.")
+@VERBOSE
 def diagnose(
-    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int
+    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int, verbose: bool
 ) -> None:
     """Diagnose a run from its folder(s), files, or `-` for stdin."""
-    sys.exit(report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs), EXIT_OK)[1]))
+    sys.exit(report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs, verbose), EXIT_OK)[1]))
 
 
 @click.command()

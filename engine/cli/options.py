@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from ..infer.registry import ENGINES
+from ..kb.load import describe_packs
 from ..pipeline.render import FORMATS
 
 FORMAT = click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="text", show_default=True)
@@ -16,6 +19,13 @@ RULES_DIRS = click.option("--rules-dir", "rules_dirs", multiple=True, type=click
 ENGINE = click.option("--engine", type=click.Choice(list(ENGINES)), default="default", show_default=True)
 OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
 NO_REDACT = click.option("--no-redact", is_flag=True, help="Keep tokens, keys and passwords in the output.")
+VERBOSE = click.option("-v", "--verbose", is_flag=True, help="Say on stderr which knowledge base (folders) the command read.")
+
+
+def say_knowledge_base(packs: Iterable[Path], verbose: bool) -> None:
+    """With --verbose: `rltriage: knowledge base: PATH (checkout|installed|pack)` on stderr."""
+    if verbose:
+        click.echo(f"rltriage: knowledge base: {describe_packs(packs)}", err=True)
 
 
 # `-o report.html` without --format writes html: the suffixes that name a format.

@@ -13,6 +13,7 @@ from ..base.contract import (
     Evidence,
     Failure,
     InputSummary,
+    KnowledgeBasePack,
     PatchPlanStep,
     ToolInfo,
     UnexplainedLine,
@@ -23,6 +24,7 @@ from ..infer.fact import Fact
 from ..infer.results import Inference
 from ..inputs.discover import Warning
 from ..kb.knowledge import KnowledgeBase
+from ..kb.load import display_path, pack_origin
 from .rank import RankedCause, Ranking
 from .reduction import SMOKE_REDUCTION
 from .render import ConfigView, render_fix, render_string, template_context
@@ -252,7 +254,7 @@ def build_diagnosis(
     inputs = [InputSummary(path=s.path, kind=s.kind, lines=s.lines) for s in scans]
     unexplained = unexplained_lines(scans, _explained_lines(kb, ranking, scans))
     return Diagnosis(
-        tool=ToolInfo(version=__version__),
+        tool=ToolInfo(version=__version__, knowledge_base=[KnowledgeBasePack(path=display_path(p), origin=pack_origin(p)) for p in kb.packs]),
         mode="preflight" if preflight else "diagnose",
         inputs=inputs,
         symptom=ranking.symptom,
