@@ -87,9 +87,17 @@ def analyse(
     return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings, sources, redact)
 
 
+def _knowledge_base(kb: KnowledgeBase | None, rules_dirs: Iterable[str | os.PathLike[str]]) -> KnowledgeBase | None:
+    rules_dirs = list(rules_dirs)
+    if kb is not None and rules_dirs:
+        raise ValueError("give either kb= (a loaded knowledge base) or rules_dirs=, not both")
+    return kb
+
+
 def diagnose(
     paths: Sequence[str | os.PathLike[str]],
     *,
+    kb: KnowledgeBase | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     stdin: BinaryIO | None = None,
@@ -97,26 +105,32 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose a run from its logs. Never prints and never exits; secrets are redacted unless asked.
 
+    `kb` is a knowledge base from `load_knowledge_base(...)`, loaded once and reused across calls;
+    without it the built-in one (plus `rules_dirs`) is loaded (and cached).
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact).diagnosis
+    kb = _knowledge_base(kb, rules_dirs)
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact, kb=kb).diagnosis
 
 
 def preflight(
     paths: Sequence[str | os.PathLike[str]],
     *,
+    kb: KnowledgeBase | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     redact: bool = True,
 ) -> Diagnosis:
     """Check a config (and optional environment report) against the knowledge base's contracts."""
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact).diagnosis
+    kb = _knowledge_base(kb, rules_dirs)
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact, kb=kb).diagnosis
 
 
 def report(
     paths: Sequence[str | os.PathLike[str]],
     fmt: str = "html",
     *,
+    kb: KnowledgeBase | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     stdin: BinaryIO | None = None,
@@ -130,7 +144,8 @@ def report(
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
-    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact)
+    kb = _knowledge_base(kb, rules_dirs)
+    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact, kb=kb)
     return format_diagnosis(analysis.diagnosis, fmt, analysis.kb, details=analysis.details)
 
 
