@@ -8,24 +8,27 @@ from collections.abc import Sequence
 import click
 
 from ..base.contract import Diagnosis
+from ..base.errors import InputError
 from ..pipeline.redact import redact
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
-from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, use_colour, write_output
-from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, VERBOSE, jobs, output_format, say_knowledge_base
+from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, write_output
+from .options import COLOR, ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, VERBOSE, colour_wanted, jobs, output_format, say_knowledge_base
 
 
 def _run(
     paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1,
     verbose: bool = False,
+    color: str = "auto",
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
     say_knowledge_base(analysis.kb.packs, verbose)
     report_warnings(analysis.diagnosis)
     fmt = output_format(fmt, output)
-    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output), details=analysis.details), output)
+    colour = colour_wanted(color, output)
+    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, colour, details=analysis.details), output, colour)
     return analysis.diagnosis
 
 
@@ -38,11 +41,13 @@ def _run(
 @NO_REDACT
 @jobs("Worker processes reading files in parallel.")
 @VERBOSE
+@COLOR
 def diagnose(
-    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int, verbose: bool
+    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int, verbose: bool,
+    color: str,
 ) -> None:
     """Diagnose a run from its folder(s), files, or `-` for stdin."""
-    sys.exit(report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs, verbose), EXIT_OK)[1]))
+    sys.exit(report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs, verbose, color), EXIT_OK)[1]))
 
 
 @click.command()
@@ -53,14 +58,15 @@ def diagnose(
 @ENGINE
 @OUTPUT
 @NO_REDACT
+@COLOR
 def preflight(
-    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool
+    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, color: str
 ) -> None:
     """Check a run's config against the knowledge base's contracts before launching it."""
 
     def action() -> int:
         paths = [config] + ([env_report] if env_report else [])
-        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact)
+        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact, color=color)
         return EXIT_FOUND if any(c.blocking for c in diagnosis.causes) else EXIT_OK
 
     sys.exit(report_errors(action))
@@ -78,7 +84,10 @@ def explain_command(paths: tuple[str, ...], cause: str | None, bucket: str | Non
 
     def action() -> int:
         analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, redact=not no_redact)
-        text = explain(analysis, cause=cause, bucket=bucket)
+        try:
+            text = explain(analysis, cause=cause, bucket=bucket)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         click.echo(text if no_redact else redact(text), nl=False)
         return EXIT_OK
 

@@ -8,8 +8,8 @@ import click
 
 from ..pipeline.render import format_diagnosis
 from ..tools.watch import watch
-from .common import EXIT_OK, EXIT_STALLED, report_errors, report_warnings, use_colour
-from .options import FORMAT, RULES_DIRS
+from .common import EXIT_OK, EXIT_STALLED, report_errors, report_warnings
+from .options import COLOR, FORMAT, RULES_DIRS, colour_wanted
 
 # 5: the run crashed, or its processes (--pid) exited without finishing; the report is on stdout.
 EXIT_CRASHED = 5
@@ -29,9 +29,11 @@ EXIT_CRASHED = 5
 @click.option("--on-stall-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds the on-stall command may run.")
 @FORMAT
 @RULES_DIRS
+@COLOR
 def watch_command(
     paths: tuple[str, ...], stall_after: float, poll: float, on_stall: str | None, pids: tuple[int, ...], on_stall_timeout: float, fmt: str,
     rules_dirs: tuple[str, ...],
+    color: str,
 ) -> None:
     """Follow a live run's logs; exit 0 when it finishes. When it stops progressing, run --on-stall,
     diagnose and exit 4; when it crashes (or its --pid processes exit unfinished), diagnose at once
@@ -48,7 +50,8 @@ def watch_command(
         if outcome.analysis is None:
             return EXIT_OK
         report_warnings(outcome.analysis.diagnosis)
-        click.echo(format_diagnosis(outcome.analysis.diagnosis, fmt, outcome.analysis.kb, use_colour(None), details=outcome.analysis.details), nl=False)
+        colour = colour_wanted(color, None)
+        click.echo(format_diagnosis(outcome.analysis.diagnosis, fmt, outcome.analysis.kb, colour, details=outcome.analysis.details), nl=False, color=colour)
         return EXIT_STALLED if outcome.stalled else EXIT_CRASHED
 
     sys.exit(report_errors(action))

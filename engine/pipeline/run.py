@@ -47,6 +47,11 @@ class Analysis:
         return build_details(self.scans, self.inference, self.diagnosis, self.sources, self.redacted)
 
 
+def _name_order(source: Source) -> tuple[str, ...]:
+    """Sources by the names they are cited with; an archive's members by member name."""
+    return (source.display,)
+
+
 def analyse(
     paths: Sequence[str],
     *,
@@ -63,11 +68,20 @@ def analyse(
     kb = kb or load_knowledge_base(rules_dirs)
     warnings: list[Warning] = []
     sources = sorted(discover(paths, warnings, stdin=stdin), key=sort_key)
+    if not sources:
+        # Nothing to read is not "no failure found": say so instead of reporting on zero inputs.
+        why = f" ({warnings[0].path}: {warnings[0].message})" if warnings else ""
+        raise InputError(f"no log, config or stack dump file found in {', '.join(paths)}{why}")
     scanner = scanner_for(kb)
     scans: list[FileScan] = []
     facts: list[BaseFact] = []
     parsed: list[BaseFact] = []
-    for scan, extra, notes in tracked(sources, read_sources(sources, kb, scanner, jobs)):
+    # Read in the order that suits the reader (archive members in archive order), then used in
+    # name order: the member order of an archive must not change a byte of the output.
+    results = list(zip(sources, tracked(sources, read_sources(sources, kb, scanner, jobs)), strict=True))
+    results.sort(key=lambda item: _name_order(item[0]))
+    sources = [source for source, _result in results]
+    for _source, (scan, extra, notes) in results:
         warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
