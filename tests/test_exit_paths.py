@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from rltriage.cli import main
 
@@ -25,8 +25,8 @@ ODD_RANK = FIXTURES / "stacks/odd_rank_in_reward"
 CLI = [sys.executable, "-c", "from rltriage.cli import main; main()"]
 
 
-def _one_line_error(result: object) -> str:
-    stderr = getattr(result, "stderr")
+def _one_line_error(result: Result) -> str:
+    stderr = result.stderr
     assert stderr.count("\n") == 1, stderr
     assert stderr.startswith("rltriage: ")
     return str(stderr)
