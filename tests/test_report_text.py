@@ -55,3 +55,36 @@ def test_the_lines_of_an_explained_traceback_are_not_unexplained(tmp_path: Path)
     diagnosis = rltriage.diagnose([log])
     assert diagnosis.causes and diagnosis.failures
     assert diagnosis.unexplained == []
+
+
+PREFLIGHT = FIXTURES / "trl/preflight_bad_config/config.yaml"
+
+
+@pytest.mark.parametrize(("fmt", "header"), [("text", "— preflight: 3 problem(s), 1 blocking"), ("markdown", "# rltriage preflight — 3 problem(s), 1 blocking")])
+def test_a_preflight_report_says_what_it_found_not_symptom_none(fmt: str, header: str) -> None:
+    from click.testing import CliRunner
+
+    from rltriage.cli import main
+
+    result = CliRunner().invoke(main, ["preflight", "--format", fmt, str(PREFLIGHT)])
+    assert result.exit_code == 1
+    first = result.stdout.splitlines()[0]
+    assert header in first and "symptom" not in first
+
+
+@pytest.mark.parametrize(("processes", "code", "blocking"), [(None, 1, "2 process(es)"), ("3", 0, None), ("4", 1, "4 process(es)")])
+def test_preflight_takes_the_world_size(processes: str | None, code: int, blocking: str | None) -> None:
+    from click.testing import CliRunner
+
+    from rltriage.cli import main
+
+    # The config says num_processes: 2; 2 × 4 and 4 × 4 are no multiple of num_generations=6, 3 × 4 is.
+    args = ["preflight", str(PREFLIGHT)] + (["--num-processes", processes] if processes else [])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == code, result.output
+    if blocking:
+        assert blocking in result.stdout
+    else:
+        assert "trl.contract_generations_divide_batch" not in result.stdout
+    world = CliRunner().invoke(main, ["preflight", "--world-size", "4", str(PREFLIGHT)])
+    assert world.exit_code == 1 and "4 process(es)" in world.stdout

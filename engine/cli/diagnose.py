@@ -21,9 +21,12 @@ def _run(
     paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1,
     verbose: bool = False,
     color: str = "auto",
+    settings: dict[str, object] | None = None,
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
-    analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
+    analysis = analyse(
+        list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings
+    )
     say_knowledge_base(analysis.kb.packs, verbose)
     report_warnings(analysis.diagnosis)
     fmt = output_format(fmt, output)
@@ -59,14 +62,21 @@ def diagnose(
 @OUTPUT
 @NO_REDACT
 @COLOR
+@click.option(
+    "--num-processes", "--world-size", "num_processes", type=click.IntRange(min=1), default=None,
+    help="Training processes the run will have (accelerate's num_processes, torchrun's world size); "
+    "replaces the config's value. Without either, one process is assumed and the report says so.",
+)
 def preflight(
-    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, color: str
+    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, color: str,
+    num_processes: int | None,
 ) -> None:
     """Check a run's config against the knowledge base's contracts before launching it."""
 
     def action() -> int:
         paths = [config] + ([env_report] if env_report else [])
-        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact, color=color)
+        settings: dict[str, object] = {"num_processes": num_processes} if num_processes else {}
+        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact, color=color, settings=settings)
         return EXIT_FOUND if any(c.blocking for c in diagnosis.causes) else EXIT_OK
 
     sys.exit(report_errors(action))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -62,7 +62,10 @@ def analyse(
     kb: KnowledgeBase | None = None,
     redact: bool = True,
     jobs: int = 1,
+    settings: Mapping[str, object] | None = None,
 ) -> Analysis:
+    """`settings` are config values given on the command line (`preflight --num-processes 8`):
+    they replace what the config and the logs say for the same name."""
     if not paths:
         raise InputError("no input given")
     kb = kb or load_knowledge_base(rules_dirs)
@@ -93,6 +96,12 @@ def analyse(
         facts.extend(echo_facts(scan))
         facts.extend(failure_facts(scan))
     facts.extend(parsed)
+    if settings:
+        facts = [f for f in facts if not (f.type == "config" and f.fields.get("name") in settings)]
+        facts.extend(
+            BaseFact("config", {"key": name, "name": name, "value": value, "path": "<command line>", "line": 1, "source": "file"})
+            for name, value in sorted(settings.items())
+        )
     inference = get_engine(engine).run(kb.program, facts)
     ranking = rank(kb, inference)
     diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
