@@ -166,3 +166,30 @@ def test_file_order_on_the_command_line_never_changes_a_byte() -> None:
     first = CliRunner().invoke(main, ["diagnose", *files]).stdout
     assert CliRunner().invoke(main, ["diagnose", *files[::-1]]).stdout == first
     assert CliRunner().invoke(main, ["diagnose", "--jobs", "2", *files[2:], *files[:2]]).stdout == first
+
+
+def _run_folder(root: Path, name: str, generations: int, extra: str = "") -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"num_generations: {generations}\nper_device_train_batch_size: 8\n{extra}", encoding="utf-8")
+    (folder / "train.log").write_text((HANG / "train.log").read_text(encoding="utf-8"), encoding="utf-8")
+    return folder
+
+
+def test_two_different_runs_given_together_are_not_merged_silently(tmp_path: Path) -> None:
+    first = _run_folder(tmp_path, "sweep-a", 8)
+    second = _run_folder(tmp_path, "sweep-b", 16)
+    result = CliRunner().invoke(main, ["diagnose", str(first), str(second)])
+    assert result.exit_code == 2
+    line = _one_line_error(result)
+    assert "look like two different runs: num_generations is 8 at" in line and "but 16 at" in line and "--same-run" in line
+    assert CliRunner().invoke(main, ["diagnose", "--same-run", str(first), str(second)]).exit_code == 0
+
+
+def test_the_nodes_of_one_run_are_one_run(tmp_path: Path) -> None:
+    # Same settings, per-node values (node_rank, master_addr) differing: parts of one run.
+    first = _run_folder(tmp_path, "node0", 8, "node_rank: 0\n")
+    second = _run_folder(tmp_path, "node1", 8, "node_rank: 1\n")
+    assert CliRunner().invoke(main, ["diagnose", str(first), str(second)]).exit_code == 0
+    # Files of one folder given one by one are never "two runs".
+    assert CliRunner().invoke(main, ["diagnose", str(first / "config.yaml"), str(second / "config.yaml"), str(first / "train.log")]).exit_code == 0

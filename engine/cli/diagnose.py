@@ -22,10 +22,12 @@ def _run(
     verbose: bool = False,
     color: str = "auto",
     settings: dict[str, object] | None = None,
+    same_run: bool = True,
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
     analysis = analyse(
-        list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings
+        list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings,
+        one_run=not same_run,
     )
     say_knowledge_base(analysis.kb.packs, verbose)
     report_warnings(analysis.diagnosis)
@@ -45,12 +47,19 @@ def _run(
 @jobs("Worker processes reading files in parallel.")
 @VERBOSE
 @COLOR
+@click.option("--same-run", is_flag=True, help="The folders or archives given are parts of one run, even if their settings differ.")
 def diagnose(
     paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int, verbose: bool,
-    color: str,
+    color: str, same_run: bool,
 ) -> None:
-    """Diagnose a run from its folder(s), files, or `-` for stdin."""
-    sys.exit(report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs, verbose, color), EXIT_OK)[1]))
+    """Diagnose a run from its folder(s), files, or `-` for stdin.
+
+    Folders or archives given together are read as parts of one run; when their configs or logs
+    give one setting two values they are two runs, and the command stops (exit 2) unless --same-run.
+    """
+    sys.exit(
+        report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs, verbose, color, same_run=same_run), EXIT_OK)[1])
+    )
 
 
 @click.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -47,6 +48,40 @@ class Analysis:
         return build_details(self.scans, self.inference, self.diagnosis, self.sources, self.redacted)
 
 
+# Settings that differ between the nodes or processes of one run, never a sign of two runs.
+_PER_PROCESS = re.compile(r"rank|node|host|addr|port|(?:^|_)ip(?:$|_)|pid|device|visible|local|hostname", re.IGNORECASE)
+
+
+def different_runs(paths: Sequence[str], facts: Iterable[BaseFact]) -> str | None:
+    """Why the folders or archives given together are two different runs (a setting the configs or
+    logs of one give another value than the other's), or None when nothing says so."""
+    groups = [p for p in paths if p != "-" and (os.path.isdir(p) or _is_archive(p))]
+    if len(groups) < 2:
+        return None
+    seen: list[dict[str, tuple[str, str]]] = [{} for _ in groups]
+    # As in the report: a config file's value wins over a value echoed in a log.
+    for fact in sorted((f for f in facts if f.type == "config"), key=lambda f: f.fields.get("source") != "file"):
+        name, where = str(fact.fields.get("name")), str(fact.fields.get("path"))
+        if _PER_PROCESS.search(name):
+            continue
+        for index, given in enumerate(groups):
+            prefix = os.path.normpath(given)
+            if where == prefix or where.startswith(prefix + os.sep) or where.startswith(given + "!"):
+                seen[index].setdefault(name, (repr(fact.fields.get("value")), f"{where}:{fact.fields.get('line')}"))
+                break
+    for first in range(len(groups)):
+        for second in range(first + 1, len(groups)):
+            for name in sorted(seen[first].keys() & seen[second].keys()):
+                (one, at_one), (two, at_two) = seen[first][name], seen[second][name]
+                if one != two:
+                    return f"{groups[first]} and {groups[second]} look like two different runs: {name} is {one} at {at_one} but {two} at {at_two}"
+    return None
+
+
+def _is_archive(path: str) -> bool:
+    return os.path.isfile(path) and bool(re.search(r"\.(?:tar(?:\.\w+)?|tgz|zip|zst)$", path))
+
+
 def _name_order(source: Source) -> tuple[str, ...]:
     """Sources by the names they are cited with; an archive's members by member name."""
     return (source.display,)
@@ -63,9 +98,12 @@ def analyse(
     redact: bool = True,
     jobs: int = 1,
     settings: Mapping[str, object] | None = None,
+    one_run: bool = False,
 ) -> Analysis:
     """`settings` are config values given on the command line (`preflight --num-processes 8`):
-    they replace what the config and the logs say for the same name."""
+    they replace what the config and the logs say for the same name. With `one_run`, folders or
+    archives given together that are plainly two different runs raise InputError instead of being
+    merged into one diagnosis."""
     if not paths:
         raise InputError("no input given")
     kb = kb or load_knowledge_base(rules_dirs)
@@ -96,6 +134,8 @@ def analyse(
         facts.extend(echo_facts(scan))
         facts.extend(failure_facts(scan))
     facts.extend(parsed)
+    if one_run and (split := different_runs(paths, facts)) is not None:
+        raise InputError(f"{split}; diagnose them one at a time (or with `rltriage batch`), or pass --same-run if they are one run")
     if settings:
         facts = [f for f in facts if not (f.type == "config" and f.fields.get("name") in settings)]
         facts.extend(
