@@ -290,3 +290,40 @@ def test_commands_register_on_the_cli_group() -> None:
     group = click.Group(commands=[smoke_command, verify_command])
     assert sorted(group.commands) == ["smoke", "verify"]
     assert isinstance(main, click.Group)
+
+
+TRAIN_PY = 'import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument("--num_generations", type=int, default=8)\n'
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "why"),
+    [
+        ("train_grpo.py", TRAIN_PY, "a Python source file, not a config or launch command"),
+        ("README.md", "# Run\n\n```\naccelerate launch train.py --num_generations 8\n```\n", "a Markdown document, not a config or launch command"),
+        ("deploy.yaml", "name: web\nreplicas: 3\nimage: nginx\n", "not a TRL, verl or disaggregated-trainer config"),
+        ("notes.txt", "Use --num_generations 8 to get more samples per prompt.\n", "no launch command with `--flag value`"),
+        ("sft.sh", "#!/bin/bash\ntorchrun --nproc_per_node 8 train_sft.py --deepspeed ds.json\n", "not a TRL, verl or disaggregated-trainer config"),
+    ],
+)
+def test_what_is_not_a_config_is_refused_in_one_line_and_never_written(tmp_path: Path, name: str, content: str, why: str) -> None:
+    path = _write(tmp_path, name, content)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(smoke_command, [str(path), "-o", str(out)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and why in result.stderr
+    assert not out.exists() and path.read_text(encoding="utf-8") == content
+
+
+def test_flags_off_the_launch_command_are_not_edited() -> None:
+    script = (
+        "#!/bin/bash\n"
+        "echo 'tip: pass --num_generations 16 for more samples'\n"
+        "cat > notes.md <<EOF\nrun with --max_completion_length 4096\nEOF\n"
+        "accelerate launch train_grpo.py \\\n    --num_generations 8 \\\n    --max_completion_length 1024\n"
+    )
+    result = smoke_text(script, name="run.sh")
+    assert "echo 'tip: pass --num_generations 16 for more samples'" in result.text
+    assert "run with --max_completion_length 4096\n" in result.text
+    assert "--num_generations 2 \\\n    --max_completion_length 128" in result.text
+    assert "trl-first-step-hang-debugger" not in result.text

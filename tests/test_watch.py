@@ -297,3 +297,111 @@ def test_watcher_reads_only_new_bytes_and_restarts_after_truncation_and_rotation
     result = watcher.poll(lambda _v, line: seen.append(line))
     assert seen[-1] == "delta" and seen.count("gamma") == 1
     assert result.new_files == [str(log)]
+
+
+# Trains a step, then dies of a CUDA OOM with a traceback and exits 1.
+CRASHING = PROLOGUE + r'''
+time.sleep(0.5)
+say("Traceback (most recent call last):")
+say('  File "/opt/trl/trainer/grpo_trainer.py", line 1203, in _compute_loss')
+say("    logits = model(input_ids).logits")
+say("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.63 GiB. GPU 0 has a total capacity of 79.10 GiB of which 2.91 GiB is free.")
+sys.exit(1)
+'''
+
+# Goes quiet after the prologue and exits without a word (as a SIGKILLed process would).
+VANISHING = PROLOGUE + r'''
+time.sleep(1.0)
+'''
+
+# A Ray actor prefix names the process; then the run hangs behind heartbeats.
+STALLING_WITH_PID = PROLOGUE.replace("import sys, time", "import os, sys, time") + r'''
+say(f"(WorkerDict pid={os.getpid()}, ip=10.0.0.1) [rltriage] stage=reward_started step=0")
+for i in range(300):
+    say(f"{stamp()} - WARNING - __main__ - heartbeat: no step completed for {i * 0.2:.1f} s")
+    time.sleep(0.2)
+'''
+
+
+def test_a_crash_ends_the_watch_at_once_with_exit_5_and_a_diagnosis(tmp_path: Path) -> None:
+    from rltriage.cli.watch import EXIT_CRASHED
+
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = start_writer(tmp_path, CRASHING, run / "train.log")
+    try:
+        wait_for(run / "train.log")
+        # --stall-after is far longer than the test may take: only the crash can end it in time.
+        done, elapsed = run_watch([str(run), "--stall-after", "120", "--poll", "0.2", "--format", "json"], timeout=60)
+    finally:
+        stop(writer)
+    assert done.returncode == EXIT_CRASHED, done.stderr
+    assert elapsed < 30
+    assert "CRASHED — " in done.stderr and "STALLED" not in done.stderr
+    diagnosis = json.loads(done.stdout)
+    assert any(f["type"].endswith("OutOfMemoryError") for f in diagnosis["failures"])
+
+
+def test_an_already_crashed_run_is_diagnosed_without_waiting(tmp_path: Path) -> None:
+    from rltriage.cli.watch import EXIT_CRASHED
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[rltriage] stage=trainer_started\nTraceback (most recent call last):\n"
+        '  File "/srv/rewards/math_reward.py", line 57, in reward\n    raise ValueError("bad answer")\nValueError: bad answer\n',
+        encoding="utf-8",
+    )
+    began = time.monotonic()
+    result = CliRunner().invoke(watch_command, [str(log), "--stall-after", "60", "--poll", "0.1"])
+    assert result.exit_code == EXIT_CRASHED, result.output
+    assert time.monotonic() - began < 20
+    assert "ValueError" in result.stdout
+
+
+def test_a_failure_looking_line_the_diagnosis_does_not_confirm_does_not_end_the_watch(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text("[rltriage] stage=first_generation_started step=0\nWARNING: retrying after ConnectionResetError: peer reset (attempt 1/5)\n", encoding="utf-8")
+    result = CliRunner().invoke(watch_command, [str(log), "--stall-after", "0.5", "--poll", "0.1"])
+    assert result.exit_code == EXIT_STALLED, result.output
+
+
+def test_a_watched_process_that_exits_unfinished_ends_the_watch_with_exit_5(tmp_path: Path) -> None:
+    from rltriage.cli.watch import EXIT_CRASHED
+
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = start_writer(tmp_path, VANISHING, run / "train.log")
+    try:
+        wait_for(run / "train.log")
+        done, elapsed = run_watch([str(run), "--pid", str(writer.pid), "--stall-after", "120", "--poll", "0.2"], timeout=60)
+    finally:
+        stop(writer)
+    assert done.returncode == EXIT_CRASHED, done.stderr
+    assert f"EXITED — process(es) {writer.pid} ended without the run finishing" in done.stderr
+    for section in SECTIONS:
+        assert section in done.stdout
+
+
+def test_the_on_stall_command_gets_the_runs_pids_files_and_diagnosis(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    writer = start_writer(tmp_path, STALLING_WITH_PID, run / "train.log")
+    probe = (
+        'kill -0 "$PID" && echo "alive $PID"; echo "pids=$RLTRIAGE_PIDS"; echo "files=$RLTRIAGE_FILES"; '
+        f'{sys.executable} -c "import json, os; print(\'symptom\', json.load(open(os.environ[\'RLTRIAGE_DIAGNOSIS\']))[\'symptom\'])"; '
+        'echo "stalled=$RLTRIAGE_STALLED_SECONDS out=$RLTRIAGE_ON_STALL_OUTPUT"'
+    )
+    try:
+        wait_for(run / "train.log")
+        time.sleep(0.5)  # the pid line is written
+        done, _ = run_watch([str(run), "--stall-after", "2", "--poll", "0.2", "--on-stall", probe])
+        assert writer.poll() is None  # the process the command looked at was alive
+    finally:
+        stop(writer)
+    assert done.returncode == EXIT_STALLED, done.stderr
+    captured = (run / "rltriage-on-stall.txt").read_text(encoding="utf-8")
+    assert f"alive {writer.pid}\n" in captured
+    assert f"pids={writer.pid}\n" in captured
+    assert f"files={run / 'train.log'}\n" in captured
+    assert "symptom hang\n" in captured
+    assert f"out={run / 'rltriage-on-stall.txt'}" in captured

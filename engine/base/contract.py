@@ -22,9 +22,17 @@ class Evidence(Out):
     signature: str
 
 
+class KnowledgeBasePack(Out):
+    """One folder of the knowledge base a diagnosis used: the shipped copy, a checkout, or a pack."""
+
+    path: str
+    origin: Literal["installed", "checkout", "pack"]
+
+
 class ToolInfo(Out):
     name: Literal["rltriage"] = "rltriage"
     version: str
+    knowledge_base: list[KnowledgeBasePack] = Field(default_factory=list)
 
 
 class InputSummary(Out):

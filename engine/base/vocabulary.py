@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Bucket(str, Enum):
+class Bucket(StrEnum):
     # The nine stall buckets, in the order of the first-step hang debugger.
     rollout_hang = "rollout_hang"
     distributed_sync = "distributed_sync"
@@ -44,7 +44,7 @@ BUCKET_TITLES: dict[Bucket, str] = {
 }
 
 
-class Symptom(str, Enum):
+class Symptom(StrEnum):
     hang = "hang"
     oom = "oom"
     crash = "crash"
@@ -54,7 +54,7 @@ class Symptom(str, Enum):
     none = "none"
 
 
-class InputKind(str, Enum):
+class InputKind(StrEnum):
     driver_log = "driver_log"
     rank_log = "rank_log"
     ray_worker_err = "ray_worker_err"
@@ -78,7 +78,7 @@ LOG_KINDS: frozenset[InputKind] = frozenset(
 )
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     """What a rule is for; lint holds each rule to its role."""
 
     stage = "stage"  # derives stage facts (stage_seen, stage) from hits
@@ -96,13 +96,13 @@ class Role(str, Enum):
 CAUSE_ROLES: frozenset[Role] = frozenset({Role.evidence, Role.contract, Role.generic, Role.fallback})
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     stable = "stable"
     experimental = "experimental"
     deprecated = "deprecated"
 
 
-class ValueType(str, Enum):
+class ValueType(StrEnum):
     str = "str"
     int = "int"
     float = "float"
@@ -114,7 +114,7 @@ class ValueType(str, Enum):
     env = "env"
 
 
-class PatchKind(str, Enum):
+class PatchKind(StrEnum):
     config = "config"
     env = "env"
     file = "file"
@@ -122,7 +122,7 @@ class PatchKind(str, Enum):
     package = "package"
 
 
-class Stage(str, Enum):
+class Stage(StrEnum):
     """Stages of a run, in the order a healthy first step passes them."""
 
     model_loaded = "model_loaded"
@@ -155,7 +155,7 @@ STAGE_ORDER: dict[Stage, int] = {stage: index for index, stage in enumerate(Stag
 
 # Gaps in a run's evidence that make a diagnosis thin; catalog items of evidence to collect say
 # which gap they fill (`gap:`), and the report lists them under "What to collect next".
-class Gap(str, Enum):
+class Gap(StrEnum):
     single_input = "single_input"  # one log file and nothing else
     no_stage_proof = "no_stage_proof"  # no stage was proven, so the boundary is unknown
     generic_cause = "generic_cause"  # the top cause was concluded from a failure's shape only

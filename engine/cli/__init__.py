@@ -1,7 +1,8 @@
 """The command line: click commands only, a thin layer over the library that does the printing.
 
 Exit codes: 0 diagnosis produced, 1 blocking problem or failing check, 2 usage or unreadable
-input, 3 knowledge-base error, 4 `watch` saw a stall (see `common`).
+input, 3 knowledge-base error, 4 `watch` saw a stall, 5 `watch` saw a crash or an exit (see `common`,
+`watch`).
 """
 
 from __future__ import annotations

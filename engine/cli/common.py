@@ -45,10 +45,18 @@ def write_atomic(text: str, output: str | os.PathLike[str]) -> None:
             handle.write(text)
         if target.exists():
             os.chmod(tmp, target.stat().st_mode & 0o7777)
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())  # a new file gets what open() would give it, not mkstemp's 0600
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def fail(message: str, code: int) -> None:
@@ -56,11 +64,12 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def write_output(text: str, output: str | None) -> None:
+def write_output(text: str, output: str | None, colour: bool | None = None) -> None:
     if output is None:
-        # In slices: a report of 100,000 inputs is not encoded into one more copy of itself.
+        # In slices: a report of 100,000 inputs is not encoded into one more copy of itself; colour=True
+        # keeps the ANSI codes when stdout is not a terminal.
         for start in range(0, len(text), 1 << 20):
-            click.echo(text[start : start + (1 << 20)], nl=False)
+            click.echo(text[start : start + (1 << 20)], nl=False, color=colour)
     else:
         write_atomic(text, output)
 

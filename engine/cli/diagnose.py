@@ -8,19 +8,28 @@ from collections.abc import Sequence
 import click
 
 from ..base.contract import Diagnosis
+from ..base.errors import InputError
 from ..pipeline.redact import redact
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
-from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, use_colour, write_output
-from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs, output_format
+from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, write_output
+from .options import COLOR, ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, VERBOSE, colour_wanted, jobs, output_format, say_knowledge_base
 
 
 def _run(
-    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1
+    paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1,
+    verbose: bool = False,
+    color: str = "auto",
+    settings: dict[str, object] | None = None,
+    same_run: bool = True,
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
-    analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
+    analysis = analyse(
+        list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings,
+        one_run=not same_run,
+    )
+    say_knowledge_base(analysis.kb.packs, verbose)
     fmt = output_format(fmt, output)
     diagnosis, kb = analysis.diagnosis, analysis.kb
     # Only the html page reads the analysis again: for the others it is let go before the report is
@@ -28,7 +37,8 @@ def _run(
     details = analysis.details if fmt == "html" else None
     del analysis
     report_warnings(diagnosis)
-    write_output(format_diagnosis(diagnosis, fmt, kb, use_colour(output), details=details), output)
+    colour = colour_wanted(color, output)
+    write_output(format_diagnosis(diagnosis, fmt, kb, colour, details=details), output, colour)
     return diagnosis
 
 
@@ -40,11 +50,21 @@ def _run(
 @OUTPUT
 @NO_REDACT
 @jobs("Worker processes reading files in parallel.")
+@VERBOSE
+@COLOR
+@click.option("--same-run", is_flag=True, help="The folders or archives given are parts of one run, even if their settings differ.")
 def diagnose(
-    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int
+    paths: tuple[str, ...], fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int, verbose: bool,
+    color: str, same_run: bool,
 ) -> None:
-    """Diagnose a run from its folder(s), files, or `-` for stdin."""
-    sys.exit(report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs), EXIT_OK)[1]))
+    """Diagnose a run from its folder(s), files, or `-` for stdin.
+
+    Folders or archives given together are read as parts of one run; when their configs or logs
+    give one setting two values they are two runs, and the command stops (exit 2) unless --same-run.
+    """
+    sys.exit(
+        report_errors(lambda: (_run(paths, fmt, rules_dirs, engine, output, "diagnose", no_redact, jobs, verbose, color, same_run=same_run), EXIT_OK)[1])
+    )
 
 
 @click.command()
@@ -55,14 +75,22 @@ def diagnose(
 @ENGINE
 @OUTPUT
 @NO_REDACT
+@COLOR
+@click.option(
+    "--num-processes", "--world-size", "num_processes", type=click.IntRange(min=1), default=None,
+    help="Training processes the run will have (accelerate's num_processes, torchrun's world size); "
+    "replaces the config's value. Without either, one process is assumed and the report says so.",
+)
 def preflight(
-    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool
+    config: str, env_report: str | None, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, color: str,
+    num_processes: int | None,
 ) -> None:
     """Check a run's config against the knowledge base's contracts before launching it."""
 
     def action() -> int:
         paths = [config] + ([env_report] if env_report else [])
-        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact)
+        settings: dict[str, object] = {"num_processes": num_processes} if num_processes else {}
+        diagnosis = _run(paths, fmt, rules_dirs, engine, output, "preflight", no_redact, color=color, settings=settings)
         return EXIT_FOUND if any(c.blocking for c in diagnosis.causes) else EXIT_OK
 
     sys.exit(report_errors(action))
@@ -80,7 +108,10 @@ def explain_command(paths: tuple[str, ...], cause: str | None, bucket: str | Non
 
     def action() -> int:
         analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, redact=not no_redact)
-        text = explain(analysis, cause=cause, bucket=bucket)
+        try:
+            text = explain(analysis, cause=cause, bucket=bucket)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
         click.echo(text if no_redact else redact(text), nl=False)
         return EXIT_OK
 

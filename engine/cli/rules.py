@@ -11,12 +11,12 @@ import click
 
 from ..base.vocabulary import Bucket
 from ..kb.fixtures import fixture_dirs, fixture_name, read_expectation
-from ..kb.load import load_knowledge_base
+from ..kb.load import load_knowledge_base, resolve_packs
 from ..tools.expectations import check_fixture, check_signature_examples
 from ..tools.lint import lint, used_signatures
 from ..tools.scaffold import scaffold
 from .common import EXIT_FOUND, EXIT_OK, EXIT_USAGE, fail, report_errors
-from .options import ENGINE, RULES_DIRS
+from .options import ENGINE, RULES_DIRS, VERBOSE, say_knowledge_base
 
 
 @click.group()
@@ -28,11 +28,13 @@ def rules() -> None:
 @click.argument("ids", nargs=-1)
 @RULES_DIRS
 @ENGINE
-def rules_test(ids: tuple[str, ...], rules_dirs: tuple[str, ...], engine: str) -> None:
+@VERBOSE
+def rules_test(ids: tuple[str, ...], rules_dirs: tuple[str, ...], engine: str, verbose: bool) -> None:
     """Run signature examples and fixture expectations through the real pipeline."""
 
     def action() -> int:
         kb = load_knowledge_base(rules_dirs)
+        say_knowledge_base(kb.packs, verbose)
         failed = 0
         for sig_id in sorted(kb.signatures):
             if ids and sig_id not in ids:
@@ -64,13 +66,19 @@ def rules_test(ids: tuple[str, ...], rules_dirs: tuple[str, ...], engine: str) -
 
 @rules.command("lint")
 @RULES_DIRS
-def rules_lint(rules_dirs: tuple[str, ...]) -> None:
+@VERBOSE
+def rules_lint(rules_dirs: tuple[str, ...], verbose: bool) -> None:
     """Schema and cross-file checks; every problem as path:line:col: error[CODE]: message."""
+    sys.exit(report_errors(lambda: _lint(rules_dirs, verbose)))
+
+
+def _lint(rules_dirs: tuple[str, ...], verbose: bool) -> int:
+    say_knowledge_base(resolve_packs(rules_dirs), verbose)
     problems = lint(rules_dirs)
     for problem in problems:
         click.echo(str(problem))
     click.echo(f"{len(problems)} problem(s)" if problems else "no problems", err=bool(problems))
-    sys.exit(EXIT_FOUND if problems else EXIT_OK)
+    return EXIT_FOUND if problems else EXIT_OK
 
 
 def _entries(kb: Any) -> list[dict[str, Any]]:

@@ -33,8 +33,10 @@ def smoke_command(config: str, output: str | None) -> None:
 
     CONFIG is a TRL YAML/JSON config, a launch script or argument file with `--flag value` /
     `a.b=value` arguments (rewritten in place), or a verl / disaggregated-trainer YAML. A string of
-    arguments (`"--num_generations 8 …"`) works too. Exit 0 on success, 2 for an unreadable or
-    unrecognised config.
+    arguments (`"--num_generations 8 …"`) works too. Only arguments on launch-command lines are
+    rewritten (never flags in comments, prose or code). Anything else — Python source, Markdown, a
+    YAML or script without an RL training setting — is refused in one line and nothing is written.
+    Exit 0 on success, 2 for an unreadable or unrecognised config.
     """
 
     def action() -> int:

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import regex
 from pydantic import BaseModel, ValidationError
@@ -31,22 +31,64 @@ PACK_FOLDERS = ("signatures", "rules", "collect", "templates", "fixtures")
 YAML_FOLDERS: dict[str, type[BaseModel]] = {"signatures": Signature, "rules": Rule, "collect": CatalogItem}
 
 
+def is_checkout(folder: Path) -> bool:
+    """A source checkout of rltriage: its pyproject names the project and it holds the knowledge base."""
+    try:
+        project = (folder / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return 'name = "rltriage"' in project and (folder / "rules").is_dir() and (folder / "signatures").is_dir()
 
 
-
-
-
-
-
-
+def enclosing_checkout(start: Path | None = None) -> Path | None:
+    """The rltriage checkout that holds `start` (default: the working directory), if any."""
+    try:
+        folder = (start or Path.cwd()).resolve()
+    except OSError:
+        return None
+    for candidate in (folder, *folder.parents):
+        if is_checkout(candidate):
+            return candidate
+    return None
 
 
 def builtin_pack() -> Path:
-    """The knowledge base shipped with the package (or the source tree when run from a checkout)."""
+    """The knowledge base the commands use unless told otherwise, in this order:
+
+    1. the checkout the package itself runs from (an editable install, or `engine/` on the path);
+    2. the rltriage checkout that holds the working directory, so that a contributor's `rules new`,
+       `rules lint`, `rules test` and `diagnose` all read the files being edited, even with a
+       regular install;
+    3. the copy shipped inside the wheel (`rltriage/_kb`).
+    """
+    source = Path(__file__).resolve().parents[2]
+    if is_checkout(source):
+        return source
+    checkout = enclosing_checkout()
+    if checkout is not None:
+        return checkout
     shipped = Path(str(resources.files("rltriage"))) / "_kb"
     if (shipped / "rules").is_dir():
         return shipped
-    return Path(__file__).resolve().parents[2]
+    return source
+
+
+def pack_origin(pack: Path) -> Literal["installed", "checkout", "pack"]:
+    """Where a pack comes from: "checkout" (a source tree of rltriage), "installed" (the copy in the
+    wheel) or "pack" (a folder given with --rules-dir)."""
+    if is_checkout(pack):
+        return "checkout"
+    return "installed" if pack.name == "_kb" and pack.parent.name == "rltriage" else "pack"
+
+
+def describe_packs(packs: Iterable[Path]) -> str:
+    """`PATH (checkout)`, `PATH (installed)`, `PATH (pack)`: which knowledge base a command read."""
+    return ", ".join(f"{display_path(p)} ({pack_origin(p)})" for p in packs)
+
+
+def display_path(path: Path) -> str:
+    """A path as outputs show it: relative to the working directory when below it, else absolute."""
+    return _display(path.resolve()) if path.is_absolute() else _display(path)
 
 
 def _display(path: Path) -> str:
@@ -129,14 +171,26 @@ def _newest(pack: Path) -> float:
     return newest
 
 
-def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, include_builtin: bool = True) -> KnowledgeBase:
-    """Load the shipped knowledge base plus any extra packs; raises KnowledgeBaseError listing all problems."""
+def resolve_packs(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, include_builtin: bool = True) -> list[Path]:
+    """The folders a knowledge base is loaded from, in order: `builtin_pack()`, then each extra pack.
+    A pack that is the built-in one is not loaded twice; a checkout given as a pack replaces it."""
     packs: list[Path] = [builtin_pack()] if include_builtin else []
     for extra in rules_dirs:
         path = Path(extra)
         if not path.is_dir():
             raise KnowledgeBaseError([Problem(_display(path), 1, 1, "missing-pack", "rules directory does not exist")])
+        if any(path.resolve() == pack.resolve() for pack in packs):
+            continue  # `--rules-dir .` inside the checkout names the knowledge base already loaded
+        if include_builtin and is_checkout(path):
+            packs[0] = path  # a checkout given as a pack replaces the shipped knowledge base, not doubles it
+            continue
         packs.append(path)
+    return packs
+
+
+def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, include_builtin: bool = True) -> KnowledgeBase:
+    """Load the shipped knowledge base plus any extra packs; raises KnowledgeBaseError listing all problems."""
+    packs = resolve_packs(rules_dirs, include_builtin=include_builtin)
     key = tuple(str(pack.resolve()) for pack in packs)
     stamp = tuple(_newest(pack) for pack in packs)
     with _loaded_lock:

@@ -3,6 +3,7 @@ plan, verification lines, the smoke-test plan and the unexplained failure lines.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..base.contract import (
     Evidence,
     Failure,
     InputSummary,
+    KnowledgeBasePack,
     PatchPlanStep,
     ToolInfo,
     UnexplainedLine,
@@ -25,6 +27,7 @@ from ..infer.fact import Fact
 from ..infer.results import Inference
 from ..inputs.discover import Warning
 from ..kb.knowledge import KnowledgeBase
+from ..kb.load import display_path, pack_origin
 from .collect import Plan, plan
 from .rank import RankedCause, Ranking
 from .reduction import SMOKE_REDUCTION
@@ -109,10 +112,13 @@ def _cause(kb: KnowledgeBase, ranked: RankedCause, facts: list[Fact], warnings: 
         if "{{" in title:
             title = render_string(kb, title, context)
         fix = render_fix(kb, loaded, context)
-        steps = [
-            PatchPlanStep(kind=step.kind, target=render_string(kb, step.target, context), change=render_string(kb, step.change, context))
-            for step in loaded.model.patch_plan
-        ]
+        steps = _shown_steps(
+            [
+                PatchPlanStep(kind=step.kind, target=render_string(kb, step.target, context), change=render_string(kb, step.change, context))
+                for step in loaded.model.patch_plan
+            ],
+            facts,
+        )
     except Exception as exc:  # noqa: BLE001 - a broken template must not lose the diagnosis
         warnings.append(Warning(loaded.origin.display, f"fix template failed to render: {exc}"))
         fix = loaded.model.fix or loaded.model.title
@@ -127,6 +133,24 @@ def _cause(kb: KnowledgeBase, ranked: RankedCause, facts: list[Fact], warnings: 
         patch_plan=steps,
         blocking=ranked.blocking,
     )
+
+
+_CONFIG_KEY = re.compile(r"[A-Za-z_][\w.\-]*")
+
+
+def _shown_steps(steps: list[PatchPlanStep], facts: list[Fact]) -> list[PatchPlanStep]:
+    """A patch plan proposes only what the run shows: a step whose target rendered empty is
+    dropped, and so is a config step on a key that neither the config nor the logs show (the fix's
+    prose names such a setting instead of inventing a `key: old -> new`)."""
+    config = ConfigView([f for f in facts if f.type == "config"])
+    kept = []
+    for step in steps:
+        if not step.target.strip() or not step.change.strip():
+            continue
+        if step.kind is PatchKind.config and _CONFIG_KEY.fullmatch(step.target) and not config.has(step.target):
+            continue
+        kept.append(step)
+    return kept
 
 
 def smoke_test_plan(facts: list[Fact]) -> list[PatchPlanStep]:
@@ -279,7 +303,7 @@ def build_diagnosis(
     unexplained = unexplained_lines(scans, _explained_lines(kb, ranking, scans))
     evidence_plan = plan(kb, inference, ranking, scans, mode)
     return Diagnosis(
-        tool=ToolInfo(version=__version__),
+        tool=ToolInfo(version=__version__, knowledge_base=[KnowledgeBasePack(path=display_path(p), origin=pack_origin(p)) for p in kb.packs]),
         mode="preflight" if preflight else "diagnose",
         inputs=inputs,
         symptom=ranking.symptom,

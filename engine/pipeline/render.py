@@ -14,8 +14,10 @@ from ..base.contract import Diagnosis
 from ..base.values import human_size
 from ..base.vocabulary import BUCKET_TITLES
 from ..infer.fact import Fact
+from ..inputs.failures import package_of
 from ..kb.knowledge import KnowledgeBase, LoadedRule
 from .html import render_html
+from .reduction import reduction
 from .timeline import RunDetails
 
 
@@ -80,6 +82,29 @@ class ConfigView:
         return str(fact.get("path")) if fact is not None else ""
 
 
+# A code location in a frame: py-spy / faulthandler `func (path.py:57)`, traceback `path.py:57 in func`.
+_FRAME_AT = re.compile(r"\((?P<file>[^()\s]+\.py):(?P<line>\d+)\)|^(?P<tb_file>\S+\.py):(?P<tb_line>\d+) in ")
+
+
+def code_locations(facts: list[Fact], hint: str | None = None) -> list[str]:
+    """`path.py:line` of the run's own code (not a library's) that stacks and tracebacks name, in
+    citation order; with `hint`, only frames whose text matches it (e.g. 'reward|judge')."""
+    wanted = re.compile(hint, re.IGNORECASE) if hint else None
+    found: dict[str, None] = {}
+    framed = [f for f in facts if (f.type == "failure" and f.get("user_frame")) or (f.type in ("hit", "stack") and f.get("stack"))]
+    framed.sort(key=lambda f: (f.evidence[0].path, f.evidence[0].line) if f.evidence else ("", 0))
+    for fact in framed:
+        text = str(fact.get("user_frame") if fact.type == "failure" else (fact.get("text") if fact.type == "hit" else fact.get("top")) or "")
+        match = _FRAME_AT.search(text)
+        if match is None or (wanted is not None and not wanted.search(text)):
+            continue
+        path = match["file"] or match["tb_file"]
+        if package_of(path) != "user":
+            continue
+        found.setdefault(f"{path}:{match['line'] or match['tb_line']}", None)
+    return list(found)
+
+
 def template_context(bindings: Mapping[str, Mapping[str, Any]], facts: list[Fact]) -> dict[str, Any]:
     config = ConfigView([f for f in facts if f.type == "config"])
     packages = {str(f.get("name")): f.get("version") for f in facts if f.type == "package"}
@@ -90,6 +115,11 @@ def template_context(bindings: Mapping[str, Mapping[str, Any]], facts: list[Fact
         cfg_key=config.key,
         cfg_at=config.at,
         has_cfg=config.has,
+        # The run's own code a stack or traceback names (`code_at('reward')`), "" when none does.
+        code_at=lambda hint=None: next(iter(code_locations(facts, hint)), ""),
+        # The smoke-test value of a concept (`smoke_value('max_completion_length')` is 128), so a
+        # cause's patch plan and the smoke-test plan never give one key two values.
+        smoke_value=lambda concept: reduction(concept).value,
         package=packages.get,
         kernel=kernels[0] if kernels else None,
     )

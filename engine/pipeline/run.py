@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -47,6 +48,45 @@ class Analysis:
         return build_details(self.scans, self.inference, self.diagnosis, self.sources, self.redacted)
 
 
+# Settings that differ between the nodes or processes of one run, never a sign of two runs.
+_PER_PROCESS = re.compile(r"rank|node|host|addr|port|(?:^|_)ip(?:$|_)|pid|device|visible|local|hostname", re.IGNORECASE)
+
+
+def different_runs(paths: Sequence[str], facts: Iterable[BaseFact]) -> str | None:
+    """Why the folders or archives given together are two different runs (a setting the configs or
+    logs of one give another value than the other's), or None when nothing says so."""
+    groups = [p for p in paths if p != "-" and (os.path.isdir(p) or _is_archive(p))]
+    if len(groups) < 2:
+        return None
+    seen: list[dict[str, tuple[str, str]]] = [{} for _ in groups]
+    # As in the report: a config file's value wins over a value echoed in a log.
+    for fact in sorted((f for f in facts if f.type == "config"), key=lambda f: f.fields.get("source") != "file"):
+        name, where = str(fact.fields.get("name")), str(fact.fields.get("path"))
+        if _PER_PROCESS.search(name):
+            continue
+        for index, given in enumerate(groups):
+            prefix = os.path.normpath(given)
+            if where == prefix or where.startswith(prefix + os.sep) or where.startswith(given + "!"):
+                seen[index].setdefault(name, (repr(fact.fields.get("value")), f"{where}:{fact.fields.get('line')}"))
+                break
+    for first in range(len(groups)):
+        for second in range(first + 1, len(groups)):
+            for name in sorted(seen[first].keys() & seen[second].keys()):
+                (one, at_one), (two, at_two) = seen[first][name], seen[second][name]
+                if one != two:
+                    return f"{groups[first]} and {groups[second]} look like two different runs: {name} is {one} at {at_one} but {two} at {at_two}"
+    return None
+
+
+def _is_archive(path: str) -> bool:
+    return os.path.isfile(path) and bool(re.search(r"\.(?:tar(?:\.\w+)?|tgz|zip|zst)$", path))
+
+
+def _name_order(source: Source) -> tuple[str, ...]:
+    """Sources by the names they are cited with; an archive's members by member name."""
+    return (source.display,)
+
+
 def analyse(
     paths: Sequence[str],
     *,
@@ -57,17 +97,32 @@ def analyse(
     kb: KnowledgeBase | None = None,
     redact: bool = True,
     jobs: int = 1,
+    settings: Mapping[str, object] | None = None,
+    one_run: bool = False,
 ) -> Analysis:
+    """`settings` are config values given on the command line (`preflight --num-processes 8`):
+    they replace what the config and the logs say for the same name. With `one_run`, folders or
+    archives given together that are plainly two different runs raise InputError instead of being
+    merged into one diagnosis."""
     if not paths:
         raise InputError("no input given")
     kb = kb or load_knowledge_base(rules_dirs)
     warnings: list[Warning] = []
     sources = sorted(discover(paths, warnings, stdin=stdin), key=sort_key)
+    if not sources:
+        # Nothing to read is not "no failure found": say so instead of reporting on zero inputs.
+        why = f" ({warnings[0].path}: {warnings[0].message})" if warnings else ""
+        raise InputError(f"no log, config or stack dump file found in {', '.join(paths)}{why}")
     scanner = scanner_for(kb)
     scans: list[FileScan] = []
     facts: list[BaseFact] = []
     parsed: list[BaseFact] = []
-    for scan, extra, notes in tracked(sources, read_sources(sources, kb, scanner, jobs)):
+    # Read in the order that suits the reader (archive members in archive order), then used in
+    # name order: the member order of an archive must not change a byte of the output.
+    results = list(zip(sources, tracked(sources, read_sources(sources, kb, scanner, jobs)), strict=True))
+    results.sort(key=lambda item: _name_order(item[0]))
+    sources = [source for source, _result in results]
+    for _source, (scan, extra, notes) in results:
         warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
@@ -81,6 +136,14 @@ def analyse(
         facts.extend(echo_facts(scan))
         facts.extend(failure_facts(scan))
     facts.extend(parsed)
+    if one_run and (split := different_runs(paths, facts)) is not None:
+        raise InputError(f"{split}; diagnose them one at a time (or with `rltriage batch`), or pass --same-run if they are one run")
+    if settings:
+        facts = [f for f in facts if not (f.type == "config" and f.fields.get("name") in settings)]
+        facts.extend(
+            BaseFact("config", {"key": name, "name": name, "value": value, "path": "<command line>", "line": 1, "source": "file"})
+            for name, value in sorted(settings.items())
+        )
     inference = get_engine(engine).run(kb.program, facts)
     ranking = rank(kb, inference)
     diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
@@ -89,9 +152,17 @@ def analyse(
     return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings, sources, redact)
 
 
+def _knowledge_base(kb: KnowledgeBase | None, rules_dirs: Iterable[str | os.PathLike[str]]) -> KnowledgeBase | None:
+    rules_dirs = list(rules_dirs)
+    if kb is not None and rules_dirs:
+        raise ValueError("give either kb= (a loaded knowledge base) or rules_dirs=, not both")
+    return kb
+
+
 def diagnose(
     paths: Sequence[str | os.PathLike[str]],
     *,
+    kb: KnowledgeBase | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     stdin: BinaryIO | None = None,
@@ -99,26 +170,32 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose a run from its logs. Never prints and never exits; secrets are redacted unless asked.
 
+    `kb` is a knowledge base from `load_knowledge_base(...)`, loaded once and reused across calls;
+    without it the built-in one (plus `rules_dirs`) is loaded (and cached).
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact).diagnosis
+    kb = _knowledge_base(kb, rules_dirs)
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact, kb=kb).diagnosis
 
 
 def preflight(
     paths: Sequence[str | os.PathLike[str]],
     *,
+    kb: KnowledgeBase | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     redact: bool = True,
 ) -> Diagnosis:
     """Check a config (and optional environment report) against the knowledge base's contracts."""
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact).diagnosis
+    kb = _knowledge_base(kb, rules_dirs)
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact, kb=kb).diagnosis
 
 
 def report(
     paths: Sequence[str | os.PathLike[str]],
     fmt: str = "html",
     *,
+    kb: KnowledgeBase | None = None,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     engine: str = "default",
     stdin: BinaryIO | None = None,
@@ -132,7 +209,8 @@ def report(
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
-    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact)
+    kb = _knowledge_base(kb, rules_dirs)
+    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact, kb=kb)
     return format_diagnosis(analysis.diagnosis, fmt, analysis.kb, details=analysis.details)
 
 

@@ -163,6 +163,9 @@ def _replace(path: str, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # what open() would give a new page, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..base.vocabulary import Bucket
 from ..infer.fact import Fact
 from ..infer.results import Firing, Inference
 from ..infer.semantics import check_passes, literal_match, negation_blocker, refs_complete, tests_pass
@@ -13,6 +14,10 @@ from ..pipeline.collect import describe, plan
 from ..pipeline.rank import combine
 from ..pipeline.run import Analysis
 
+# Facts every run has (the run itself, its inputs, the stage table): matching one says nothing
+# about this run, so it does not make a rule a near miss.
+BACKGROUND_FACTS = frozenset({"run", "input", "stage_def"})
+
 
 @dataclass(frozen=True)
 class NearMiss:
@@ -20,6 +25,15 @@ class NearMiss:
     bucket: str | None
     matched: int  # how many of the rule's patterns were satisfied before the one that failed
     lacked: str
+    specific: int = 0  # of those, how many are about this run (not a fact every run has)
+
+
+def _specific(rule: CompiledRule, upto: int) -> int:
+    return sum(1 for slot in rule.slots[:upto] if not all(p.type in BACKGROUND_FACTS for p in slot))
+
+
+def _miss(rule: CompiledRule, bucket: str | None, matched: int, lacked: str) -> NearMiss:
+    return NearMiss(rule.id, bucket, matched, lacked, _specific(rule, matched))
 
 
 def _describe_fact(fact: Fact) -> str:
@@ -56,23 +70,23 @@ def near_miss(rule: CompiledRule, inference: Inference) -> NearMiss | None:
     for position, slot in enumerate(rule.slots):
         if not any(literal_match(p, f) for p in slot for f in facts):
             wanted = " or ".join(p.describe() for p in slot)
-            return NearMiss(rule.id, bucket, position, f"no fact {wanted}")
+            return _miss(rule, bucket, position, f"no fact {wanted}")
         if next(_partial(rule, facts, position + 1), None) is None:
             wanted = " or ".join(p.describe() for p in slot)
-            return NearMiss(rule.id, bucket, position, f"no {wanted} consistent with the facts matched before it")
+            return _miss(rule, bucket, position, f"no {wanted} consistent with the facts matched before it")
     complete = [b for b in _partial(rule, facts, len(rule.slots)) if all(refs_complete(p, b[p.alias], b) for s in rule.slots for p in s if p.alias in b)]
     if not complete:
-        return NearMiss(rule.id, bucket, len(rule.slots), "references between the matched facts do not agree")
+        return _miss(rule, bucket, len(rule.slots), "references between the matched facts do not agree")
     for negative in rule.negatives:
         blockers = [negation_blocker(facts, negative, b) for b in complete]
         if all(blockers):
             blocker = blockers[0]
             assert blocker is not None
-            return NearMiss(rule.id, bucket, len(rule.slots), f"blocked by none: {negative.describe()} — found {_describe_fact(blocker)}")
+            return _miss(rule, bucket, len(rule.slots), f"blocked by none: {negative.describe()} — found {_describe_fact(blocker)}")
     for bound in complete:
         ok, failed = tests_pass(rule, bound)
         if not ok:
-            return NearMiss(rule.id, bucket, len(rule.slots), f"test was false: {failed}")
+            return _miss(rule, bucket, len(rule.slots), f"test was false: {failed}")
     return None
 
 
@@ -90,8 +104,13 @@ def _chain(firing: Firing, inference: Inference, depth: int, seen: set[int], lin
 
 
 def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = None) -> str:
+    """The ranking explained; raises ValueError for a cause id no rule has or an unknown bucket."""
     inference = analysis.inference
     program = analysis.kb.program
+    if cause is not None and not any(rule.id == cause for rule in program.rules):
+        raise ValueError(f"no rule '{cause}' in the knowledge base (`rltriage rules list` shows the ids)")
+    if bucket is not None and bucket not in {b.value for b in Bucket}:
+        raise ValueError(f"unknown bucket '{bucket}'; one of {', '.join(b.value for b in Bucket)}")
     lines: list[str] = []
     ranked = analysis.ranking.causes
     targets = [c for c in ranked if (cause is None or c.rule == cause) and (bucket is None or c.bucket.value == bucket)]
@@ -126,9 +145,10 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
         if bucket is not None and (rule.model.bucket is None or rule.model.bucket.value != bucket):
             continue
         miss = near_miss(rule, inference)
-        if miss is not None:
+        # Unasked, a rule is a near miss only when something about this run matched it.
+        if miss is not None and (miss.specific or cause is not None or bucket is not None):
             misses.append(miss)
-    misses.sort(key=lambda m: (-m.matched, m.rule))
+    misses.sort(key=lambda m: (-m.specific, -m.matched, m.rule))
     if misses:
         lines.append("")
         lines.append("near misses (rules that did not fire, and the one condition they lacked):")

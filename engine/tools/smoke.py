@@ -1,6 +1,6 @@
-"""`rltriage smoke`: apply the first-step debugger's smoke-test reduction to the user's own config.
+"""`rltriage smoke`: reduce the user's own config to a one-step smoke test.
 
-"Reduce to a smoke test" (trl-first-step-hang-debugger.txt): num_generations = 2, a 128-token
+The reduction: num_generations = 2, a 128-token
 completion, one prompt, one training step, a stub or cheap local reward, no remote eval. The
 reduction is written with the keys the config already uses (TRL `GRPOConfig`, verl, the
 disaggregated trainers) and keeps each trainer's batch contracts valid, because a smoke config that
@@ -262,14 +262,17 @@ class _ArgsDoc(_Doc):
         self.text = text
         self.script = script
         if not self._scan():
-            raise InputError("no `--flag value` or `a.b=value` arguments found")
+            raise InputError("no launch command with `--flag value` or `a.b=value` arguments found")
 
     def _scan(self) -> list[_Arg]:
         args: list[_Arg] = []
         taken: list[tuple[int, int]] = []
         comments = [(m.start(), m.end()) for m in re.finditer(r"(?m)^[ \t]*#.*$", self.text)]
+        commands = _command_spans(self.text)
 
         def free(start: int, end: int) -> bool:
+            if not any(a <= start < b for a, b in commands):
+                return False  # a flag in prose or in code, not on a launch command line: never edited
             return not any(a <= start < b for a, b in comments) and not any(a < end and start < b for a, b in taken)
 
         for match in _FLAG.finditer(self.text):
@@ -363,10 +366,51 @@ class _ArgsDoc(_Doc):
         return block + self.text
 
 
+# What a launch command line starts with: a launcher, a script, a variable holding one, or the
+# arguments themselves (an argument file, a `"--flag value …"` string).
+_LAUNCHER = re.compile(
+    r"""^(?:python[\d.]*|accelerate|torchrun|deepspeed|srun|mpirun|mpiexec|ray|trl|uv|uvx|exec|env|nohup|time|"""
+    r"""bash|sh|sbatch|apptainer|singularity|docker|podman|\S*\.py|\S*\.sh|["']?\$\{?\w+\}?["']?)$"""
+)
+_ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=\S*$")
+_HYDRA_START = re.compile(r"^\+{0,2}[A-Za-z_]\w*(?:\.\w+)+=")
+
+
+def _command_spans(text: str) -> list[tuple[int, int]]:
+    """The character spans of the logical lines (backslash continuations joined) that are launch
+    commands or bare arguments; flags elsewhere (prose, Python source, heredocs) are not arguments."""
+    spans: list[tuple[int, int]] = []
+    start = position = 0
+    logical: list[str] = []
+
+    def close() -> None:
+        words = " ".join(logical).split()
+        while words and _ENV_ASSIGNMENT.match(words[0]):
+            words = words[1:]
+        if not words:
+            return
+        first = words[0]
+        if first.startswith("--") or _HYDRA_START.match(first) or _LAUNCHER.match(first) or _LAUNCHER.match(first.rsplit("/", 1)[-1]):
+            spans.append((start, position))
+
+    for line in text.splitlines(keepends=True):
+        if not logical:
+            start = position
+        position += len(line)
+        body = line.rstrip("\r\n")
+        logical.append(body)
+        if not body.endswith("\\"):
+            close()
+            logical = []
+    if logical:
+        close()
+    return spans
+
+
 def _comment_block(notes: list[str]) -> str:
     if not notes:
         return ""
-    lines = [_HEADER + " (trl-first-step-hang-debugger: Reduce to a smoke test) — still to do by hand:"]
+    lines = [_HEADER + " — still to do by hand:"]
     lines.extend(f"#   - {note}" for note in notes)
     return "\n".join(lines) + "\n"
 
@@ -685,9 +729,44 @@ def _load(text: str, path: str, kind: str | None) -> _Doc:
         raise InputError(f"{path}: unknown config format (expected YAML, JSON, or a launch script with --flag arguments)") from None
 
 
+# Keys only an RL training config has (leaf names, or the first part of a dotted key): a document
+# with none of them is not a config `smoke` understands, and is refused rather than "reduced".
+_TRAINING_LEAVES = frozenset(
+    {
+        "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size", "steps_per_generation",
+        "max_completion_length", "max_prompt_length", "max_steps", "num_train_epochs", "model_name_or_path", "reward_funcs",
+        "reward_functions", "use_vllm", "vllm_mode", "train_batch_size", "ppo_mini_batch_size", "max_response_length",
+        "total_training_steps", "total_epochs", "group_size", "rollout_batch_size", "micro_train_batch_size", "n_samples_per_prompt",
+        "generate_max_len", "pretrain", "reward_pretrain",
+    }
+)
+_TRAINING_ROOTS = frozenset({"actor_rollout_ref", "algorithm", "rl", "critic", "reward_model", "custom_reward_function"})
+# Files that are never a config or a launch command, whatever flags their text mentions.
+_NOT_CONFIG_SUFFIXES = {
+    ".py": "a Python source file", ".ipynb": "a notebook", ".md": "a Markdown document", ".rst": "a reStructuredText document",
+    ".html": "an HTML page", ".htm": "an HTML page", ".log": "a log", ".err": "a log", ".out": "a log",
+}
+
+
+def _is_training_config(keys: list[str]) -> bool:
+    return any(key.rsplit(".", 1)[-1] in _TRAINING_LEAVES or key.split(".", 1)[0] in _TRAINING_ROOTS for key in keys)
+
+
 def smoke_text(text: str, *, name: str = "config", kind: str | None = None, output_name: str | None = None) -> SmokeResult:
-    """Apply the smoke-test reduction to config text. `kind` forces "yaml", "json" or "args"."""
+    """Apply the smoke-test reduction to config text. `kind` forces "yaml", "json" or "args".
+
+    Raises InputError for text that is not a TRL, verl or disaggregated-trainer config or launch
+    command (no RL training key in it): nothing is reduced that was not understood.
+    """
+    what = _NOT_CONFIG_SUFFIXES.get(Path(name).suffix.lower())
+    if what and kind is None:
+        raise InputError(f"{name}: {what}, not a config or launch command; give the YAML/JSON config or the launch script")
     doc = _load(text, name, kind)
+    if not _is_training_config(doc.keys()):
+        raise InputError(
+            f"{name}: not a TRL, verl or disaggregated-trainer config (none of its {len(doc.keys())} key(s) is a training setting such as "
+            "num_generations, per_device_train_batch_size, actor_rollout_ref.* or rl.*)"
+        )
     plan = _Plan(doc)
     trainer = _trainer(plan.all_keys)
     prompts = {"trl": _plan_trl, "verl": _plan_verl, "disaggregated": _plan_disaggregated}[trainer](plan)

@@ -1,7 +1,10 @@
-"""`rltriage verify`: check a rerun against the first-step debugger's success criteria.
+"""`rltriage verify`: check a rerun against the success criteria of a first GRPO step.
 
-The criteria ("Verification" in trl-first-step-hang-debugger.txt) are proven from the same facts a
-diagnosis rests on: `stage` facts the rules derive and `hit` facts of the signatures. Step time and
+Four criteria hold for every run (first step completes, progress beyond 0%, step time logged,
+reward ran); a fifth fails on any failure of the rerun (an uncaught exception, a C++ termination, a
+fatal signal, an exit code, or a crash / out-of-memory the knowledge base recognises). Given the
+earlier diagnosis (`against`), one more check per cause it ranked first: that cause is no longer
+found. They are proven from the same facts a diagnosis rests on: `stage` facts the rules derive and `hit` facts of the signatures. Step time and
 the reward of trainers without a stage rule for it (verl, the disaggregated trainers) are read from
 the evidence lines of those facts, so no new signatures are needed.
 """
@@ -15,14 +18,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..base.contract import Evidence
+from ..base.contract import Diagnosis, Evidence
 from ..base.markers import BAR_COUNT, MARKER_SIGNATURE, step_markers
+from ..base.vocabulary import Symptom
 from ..infer.fact import Fact
 from ..pipeline.assemble import SUCCESS_CRITERIA
 from ..pipeline.redact import redact
 from ..pipeline.run import analyse
 
-CHECK_NAMES = ("first_step_completed", "progress_advanced", "step_time_logged", "reward_computed")
+CHECK_NAMES = ("first_step_completed", "progress_advanced", "step_time_logged", "reward_computed", "no_failure")
+NO_FAILURE = "the run ends without an uncaught exception, fatal signal, crash or out-of-memory"
+# A diagnosis with one of these symptoms found a failure, not only a slow path or a config contract.
+_FAILED_SYMPTOMS = (Symptom.crash, Symptom.oom, Symptom.error_at_startup)
 _MAX_EVIDENCE = 3
 _MAX_TEXT = 200
 
@@ -50,6 +57,8 @@ class VerifyResult(BaseModel):
     checks: list[VerifyCheck]
     inputs: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    # What the earlier diagnosis also asks to confirm, in its own words; not checked automatically.
+    also_confirm: list[str] = Field(default_factory=list)
 
 
 # A tqdm bar past step 0 with its rate; `?it/s` (no step finished yet) never matches.
@@ -251,25 +260,83 @@ def _reward(facts: list[Fact], boundary: Fact | None) -> VerifyCheck:
     return VerifyCheck(name=CHECK_NAMES[3], criterion=criterion, passed=False, missing=missing)
 
 
+def _cited(path: str, line: int, text: str) -> VerifyEvidence:
+    text = redact(text.strip())
+    return VerifyEvidence(path=path, line=line, text=text[: _MAX_TEXT - 1] + "…" if len(text) > _MAX_TEXT else text)
+
+
+def _no_failure(diagnosis: Diagnosis) -> VerifyCheck:
+    """Fails on the rerun's first failure, or on a crash / OOM cause the knowledge base concluded."""
+    if diagnosis.failures:
+        first = diagnosis.failures[0]
+        what = f"{first.type}: {first.message}" if first.message else first.type
+        more = f" (and {len(diagnosis.failures) - 1} more)" if len(diagnosis.failures) > 1 else ""
+        where = f" in {first.process}" if first.process else ""
+        return VerifyCheck(
+            name=CHECK_NAMES[4], criterion=NO_FAILURE, passed=False,
+            evidence=[_cited(first.path, first.line, what)], missing=f"{first.path}:{first.line}: {redact(what)[:_MAX_TEXT]}{where}{more}",
+        )
+    if diagnosis.symptom in _FAILED_SYMPTOMS:
+        cause = next((c for c in diagnosis.causes if c.evidence and not c.blocking), None)
+        if cause is not None:
+            ev = cause.evidence[0]
+            return VerifyCheck(
+                name=CHECK_NAMES[4], criterion=NO_FAILURE, passed=False, evidence=[_cited(ev.path, ev.line, ev.text)],
+                missing=f"{ev.path}:{ev.line}: {cause.title} ({cause.rule}; symptom {diagnosis.symptom.value})",
+            )
+    return VerifyCheck(name=CHECK_NAMES[4], criterion=NO_FAILURE, passed=True)
+
+
+def _cause_gone(earlier: Diagnosis, rerun: Diagnosis) -> list[VerifyCheck]:
+    """One check per cause the earlier diagnosis ranked first (ties included): it is not found again."""
+    if not earlier.causes:
+        return []
+    top = earlier.causes[0].score
+    checks = []
+    for cause in (c for c in earlier.causes if c.score == top):
+        criterion = f"the diagnosed cause is gone: {cause.title} ({cause.rule})"
+        again = next((c for c in rerun.causes if c.rule == cause.rule), None)
+        if again is None:
+            checks.append(VerifyCheck(name=f"cause_gone:{cause.rule}", criterion=criterion, passed=True))
+            continue
+        ev = again.evidence[0] if again.evidence else None
+        missing = f"{cause.rule} is found again" + (f" at {ev.path}:{ev.line}: {redact(ev.text.strip())[:_MAX_TEXT]}" if ev else "")
+        checks.append(
+            VerifyCheck(
+                name=f"cause_gone:{cause.rule}", criterion=criterion, passed=False,
+                evidence=[_cited(ev.path, ev.line, ev.text)] if ev else [], missing=missing,
+            )
+        )
+    return checks
+
+
 def verify(
     paths: Sequence[str | os.PathLike[str]],
     *,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     stdin: Any = None,
+    against: Diagnosis | None = None,
 ) -> VerifyResult:
-    """Check logs of a rerun against the four success criteria. Never prints and never exits.
+    """Check logs of a rerun against the success criteria. Never prints and never exits.
 
+    `against` is the diagnosis of the earlier run: its first-ranked cause must not be found again,
+    and the criteria it listed beyond the generic ones are returned in `also_confirm`.
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
     analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, stdin=stdin)
     facts = analysis.inference.facts
     boundary = next((f for f in facts if f.type == "boundary"), None)
-    checks = [_first_step(facts, boundary), _progress(facts), _step_time(facts), _reward(facts, boundary)]
+    checks = [_first_step(facts, boundary), _progress(facts), _step_time(facts), _reward(facts, boundary), _no_failure(analysis.diagnosis)]
+    also: list[str] = []
+    if against is not None:
+        checks += _cause_gone(against, analysis.diagnosis)
+        also = [line for line in against.verification if line not in SUCCESS_CRITERIA]
     return VerifyResult(
         passed=all(c.passed for c in checks),
         checks=checks,
         inputs=[s.path for s in analysis.scans],
         warnings=[f"{w.path}: {w.message}" for w in analysis.warnings],
+        also_confirm=also,
     )
 
 
@@ -280,8 +347,14 @@ def format_text(result: VerifyResult) -> str:
             first = check.evidence[0]
             detail = f" [{first.detail}]" if first.detail else ""
             lines.append(f"PASS  {check.criterion}{detail} — {first.location()}: {first.text}")
+        elif check.passed:
+            lines.append(f"PASS  {check.criterion}")
+        elif check.name == CHECK_NAMES[4] or check.name.startswith("cause_gone:"):
+            lines.append(f"FAIL  {check.criterion} — {check.missing}")
         else:
             lines.append(f"FAIL  {check.criterion} — missing: {check.missing}")
+    for item in result.also_confirm:
+        lines.append(f"TODO  {item} (from the earlier diagnosis; confirm it in the logs)")
     verdict = "all success criteria hold" if result.passed else f"{sum(not c.passed for c in result.checks)} of {len(result.checks)} criteria failed"
     lines.append(f"{'ok' if result.passed else 'FAILED'}: {verdict}")
     return "\n".join(lines) + "\n"

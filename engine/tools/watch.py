@@ -33,15 +33,31 @@ and a line longer than 64 KiB is judged on its first 64 KiB, so memory stays bou
 the run. A file that shrinks or is replaced (a new inode at the same path) is read again from the
 start; a file renamed inside a watched folder (log rotation) keeps its offset.
 
+Crashes and exits
+-----------------
+A run that died is not a stall: waiting `--stall-after` seconds for it, then pointing py-spy at a
+dead process, helps nobody. A new line shaped like a failure (a traceback, an exception line,
+`terminate called…`, `Fatal Python error`, a fatal signal, an exit code) makes the watcher diagnose
+the run once the lines after it have arrived (the next poll); when the diagnosis lists a failure
+(`Diagnosis.failures`) or a crash / out-of-memory cause, the watch ends at once with exit 5 and the
+report. A failure-looking line the diagnosis does not confirm (a warning that prints a traceback)
+lets the watch go on. With `--pid PID` (repeatable) the watcher also checks that the run's
+processes are alive: when all of them are gone without the finish line, it diagnoses and exits 5.
+
 Exit codes: 0 the run finished (a final `{'train_runtime': …}` dict or `Training completed` line) or
 every watched path disappeared; 2 bad invocation or a missing path; 3 knowledge-base error;
-4 stalled (the report is on stdout).
+4 stalled; 5 crashed or exited without finishing (the report is on stdout for 4 and 5).
 
 `--on-stall CMD` runs a shell command before the diagnosis (for example
-`py-spy dump --pid 4121 > run/stacks.txt`), at most `--on-stall-timeout` seconds. Its stdout and
-stderr are appended to `rltriage-on-stall.txt` in the first PATH when that is a folder, otherwise to
-a temporary file; either way that file is part of the diagnosis input, so a stack dump it prints
-is read by the same rules as the logs.
+`py-spy dump --pid $PID > run/stacks.txt`), at most `--on-stall-timeout` seconds. Its environment
+carries the run's context (see `on_stall_environment`): `PID` and `RLTRIAGE_PIDS` (the `--pid`
+values, then the pids the logs name — `pid=N`, `(pid: N)`, `PID N`, `Process N:` — first seen first),
+`RLTRIAGE_FILES` (the files watched, one per line), `RLTRIAGE_PATHS` (the paths given),
+`RLTRIAGE_DIAGNOSIS` (a JSON diagnosis of the stalled run, written just before the command runs),
+`RLTRIAGE_ON_STALL_OUTPUT` (the file its output goes to) and `RLTRIAGE_STALLED_SECONDS`. Its stdout
+and stderr are appended to `rltriage-on-stall.txt` in the first PATH when that is a folder,
+otherwise to a temporary file; either way that file is part of the final diagnosis's input, so a
+stack dump it prints is read by the same rules as the logs.
 """
 
 from __future__ import annotations
@@ -62,10 +78,23 @@ from typing import Generic, TypeVar
 
 from ..base.errors import InputError
 from ..base.markers import BAR_COUNT, STAGE_MARKER
+from ..base.vocabulary import Symptom
 from ..inputs.discover import SNIFF_BYTES, looks_binary
+from ..inputs.failures import (
+    EXIT_STATUS,
+    EXITCODE,
+    FATAL_PYTHON,
+    INLINE_EXCEPTION,
+    KILLED_BY,
+    SHELL_SIGNAL,
+    SIGNAL_RECEIVED,
+    TERMINATE,
+    TRACEBACK,
+)
 from ..inputs.normalize import ANSI, REPEATED
 from ..inputs.walk import folders
 from ..kb.load import load_knowledge_base
+from ..pipeline.render import format_diagnosis
 from ..pipeline.run import Analysis, analyse
 
 ON_STALL_FILE = "rltriage-on-stall.txt"
@@ -84,6 +113,11 @@ _VERL_STEP = re.compile(r"(?:^|[\s)])step:(?P<n>\d+) - ")
 _LOSS_DICT = re.compile(r"\{['\"]loss['\"]: ")
 _GEN_THROUGHPUT = re.compile(r"Avg generation throughput: (?P<rate>[\d.]+) tokens/s")
 _FINISHED = re.compile(r"\{['\"]train_runtime['\"]: |\bTraining completed\b")
+# Lines that may start or end a failure; the diagnosis decides whether they are one.
+_FAILURE_SHAPES = (TRACEBACK, TERMINATE, FATAL_PYTHON, INLINE_EXCEPTION, SIGNAL_RECEIVED, SHELL_SIGNAL, EXIT_STATUS, KILLED_BY, EXITCODE)
+# Process ids as logs print them: Ray/vLLM `pid=4121`, torchelastic `(pid: 4121)`, `PID 4121`, py-spy `Process 4121:`.
+_PID = re.compile(r"(?<![\w-])(?:pid[=:]\s*|\(pid: |PID |^Process )(?P<pid>\d{2,9})\b")
+MAX_PIDS = 64
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -117,6 +151,11 @@ class Verdict(Enum):
     progress = "progress"
     noise = "noise"
     finished = "finished"
+
+
+def looks_like_failure(line: str) -> bool:
+    text = ANSI.sub("", line)
+    return any(pattern.search(text) for pattern in _FAILURE_SHAPES)
 
 
 def shape(line: str) -> str:
@@ -195,6 +234,7 @@ class PollResult:
     progress: str | None = None  # where the last progress was seen, for the status line
     noise: int = 0
     finished: str | None = None
+    failure: str | None = None  # the first new line shaped like a failure
     new_files: list[str] = field(default_factory=list)
 
 
@@ -210,6 +250,7 @@ class Watcher:
         self.paths = list(paths)
         self.judge = judge or Judge()
         self.tails: dict[str, Tail] = {}
+        self.pids: dict[int, None] = {}  # the pids the logs name, first seen first
 
     def listing(self) -> Iterator[tuple[str, os.stat_result]]:
         """Regular files under the watched paths, never following links to folders."""
@@ -288,6 +329,11 @@ class Watcher:
         line = raw.decode("utf-8", "replace")
         if not line.strip():
             return
+        if len(self.pids) < MAX_PIDS and ("pid" in line or "PID" in line or line.startswith("Process ")):
+            for match in _PID.finditer(line):
+                self.pids.setdefault(int(match["pid"]), None)
+        if result.failure is None and looks_like_failure(line):
+            result.failure = f"{tail.path}: {line.strip()[:120]}"
         verdict = self.judge.judge(line, tail.path)
         if on_line is not None:
             on_line(verdict, line)
@@ -325,19 +371,44 @@ def _ident(info: os.stat_result) -> tuple[int, int]:
     return (info.st_dev, info.st_ino)
 
 
-def run_on_stall(command: str, first_path: str, timeout: float) -> str:
-    """Run the on-stall command with its output appended to a file the diagnosis will read."""
+def on_stall_environment(
+    paths: Sequence[str], files: Sequence[str], pids: Sequence[int], diagnosis: str, output: str, stalled_seconds: float
+) -> dict[str, str]:
+    """What the on-stall command finds in its environment, beside the watcher's own."""
+    env = {
+        "RLTRIAGE_PIDS": " ".join(str(p) for p in pids),
+        "RLTRIAGE_FILES": "\n".join(files),
+        "RLTRIAGE_PATHS": "\n".join(paths),
+        "RLTRIAGE_DIAGNOSIS": diagnosis,
+        "RLTRIAGE_ON_STALL_OUTPUT": output,
+        "RLTRIAGE_STALLED_SECONDS": f"{stalled_seconds:.0f}",
+    }
+    if pids:
+        env["PID"] = str(pids[0])
+    return env
+
+
+def on_stall_target(first_path: str) -> str:
+    """Where the on-stall command's output goes: the run folder, or a temporary file."""
     if os.path.isdir(first_path):
-        target = os.path.join(first_path, ON_STALL_FILE)
-    else:
-        fd, target = tempfile.mkstemp(prefix="rltriage-on-stall-", suffix=".txt")
-        os.close(fd)
+        return os.path.join(first_path, ON_STALL_FILE)
+    fd, target = tempfile.mkstemp(prefix="rltriage-on-stall-", suffix=".txt")
+    os.close(fd)
+    return target
+
+
+def run_on_stall(command: str, first_path: str, timeout: float, env: dict[str, str] | None = None, target: str | None = None) -> str:
+    """Run the on-stall command with its output appended to a file the diagnosis will read."""
+    target = target or on_stall_target(first_path)
     stamp = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     with open(target, "ab") as out:
         out.write(f"# rltriage watch --on-stall at {stamp}\n".encode())
         out.flush()
         # Its own session, so a timeout can stop the whole pipeline the shell started, not just the shell.
-        proc = subprocess.Popen(command, shell=True, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command, shell=True, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
         try:
             code = proc.wait(timeout=timeout)
             note = f"# on-stall command exited {code}\n"
@@ -352,16 +423,37 @@ def run_on_stall(command: str, first_path: str, timeout: float) -> str:
     return target
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process, but it exists
+    try:  # a child of ours that exited and was not reaped yet is a zombie: gone
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _failed(analysis: Analysis) -> bool:
+    """The diagnosis confirms the run failed: a failure, or a crash / out-of-memory cause."""
+    diagnosis = analysis.diagnosis
+    return bool(diagnosis.failures) or (diagnosis.symptom in (Symptom.crash, Symptom.oom) and bool(diagnosis.causes))
+
+
 @dataclass
 class WatchOutcome:
-    """How a watch ended: the run finished or its paths went away (no analysis), or it stalled and
-    was diagnosed (`analysis`)."""
+    """How a watch ended: the run finished or its paths went away (no analysis), or it stalled,
+    crashed or exited and was diagnosed (`analysis`, `ending` "stalled", "crashed" or "exited")."""
 
     analysis: Analysis | None = None
+    ending: str = "finished"
 
     @property
     def stalled(self) -> bool:
-        return self.analysis is not None
+        return self.ending == "stalled"
 
 
 def watch(
@@ -372,11 +464,13 @@ def watch(
     on_stall: str | None,
     on_stall_timeout: float,
     rules_dirs: Sequence[str],
+    pids: Sequence[int] = (),
     status: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> WatchOutcome:
-    """Follow the run until it finishes or stalls; on a stall, run `on_stall` and diagnose.
+    """Follow the run until it finishes, stalls, crashes or (with `pids`) exits; on a stall, run
+    `on_stall` and diagnose; on a crash or exit, diagnose at once.
 
     What happens along the way goes to `status`, one message at a time; nothing is printed.
     """
@@ -390,12 +484,17 @@ def watch(
     if first.finished:
         status(f"run already finished: {first.finished}")
         return WatchOutcome()
+    # A run that already died is diagnosed at the next poll, not waited on.
+    suspect: str | None = first.failure
+    suspect_polls = 0
+    recheck_after = 0.0  # after a failure-looking line the diagnosis did not confirm, a pause
     started = last_progress = last_activity = clock()
     last_where = "nothing yet (clock started with the watcher)"
     noise = 0
     status(
         f"watching {len(watcher.tails)} file(s) under {', '.join(paths)}; "
         f"stalled after {stall_after:g} s without progress, polling every {poll:g} s"
+        + (f"; process(es) {' '.join(map(str, pids))}" if pids else "")
     )
     while True:
         sleep(poll)
@@ -409,6 +508,22 @@ def watch(
         if result.finished:
             status(f"run finished: {result.finished}")
             return WatchOutcome()
+        if suspect is None and result.failure is not None and now >= recheck_after:
+            suspect, suspect_polls = result.failure, 0
+        elif suspect is not None:
+            suspect_polls += 1
+            # Diagnose once the lines after the failure have arrived (a poll with no new failure
+            # line), or after a few polls of a failure that keeps printing.
+            if result.failure is None or suspect_polls >= 3:
+                analysis = analyse(list(paths), rules_dirs=rules_dirs, kb=kb)
+                if _failed(analysis):
+                    status(f"CRASHED — {suspect}; diagnosing {len(watcher.tails)} file(s)")
+                    return WatchOutcome(analysis, "crashed")
+                status(f"a failure-looking line the diagnosis does not confirm; watching on ({suspect})")
+                suspect, recheck_after = None, now + max(10 * poll, 30.0)
+        if pids and not any(_alive(pid) for pid in pids):
+            status(f"EXITED — process(es) {' '.join(map(str, pids))} ended without the run finishing; diagnosing {len(watcher.tails)} file(s)")
+            return WatchOutcome(analyse(list(paths), rules_dirs=rules_dirs, kb=kb), "exited")
         if result.grew:
             last_activity = now
         if result.progress:
@@ -422,8 +537,15 @@ def watch(
     status(f"STALLED — no progress for {idle:.0f} s ({since}; {quiet}); diagnosing {len(watcher.tails)} file(s)")
     targets = list(paths)
     if on_stall:
-        out = run_on_stall(on_stall, paths[0], on_stall_timeout)
+        before = analyse(list(paths), rules_dirs=rules_dirs, kb=kb)
+        fd, diagnosis_path = tempfile.mkstemp(prefix="rltriage-diagnosis-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(format_diagnosis(before.diagnosis, "json", kb))
+        output = on_stall_target(paths[0])
+        env = on_stall_environment(paths, list(watcher.tails), [*pids, *(p for p in watcher.pids if p not in pids)], diagnosis_path, output, idle)
+        status(f"running the on-stall command (PID={env.get('PID', '')}, RLTRIAGE_DIAGNOSIS={diagnosis_path})")
+        out = run_on_stall(on_stall, paths[0], on_stall_timeout, env=env, target=output)
         status(f"on-stall command output appended to {out}")
         if not os.path.isdir(paths[0]):
             targets.append(out)  # inside the folder it is found like any other file
-    return WatchOutcome(analyse(targets, rules_dirs=rules_dirs, kb=kb))
+    return WatchOutcome(analyse(targets, rules_dirs=rules_dirs, kb=kb), "stalled")
