@@ -8,11 +8,10 @@ from collections.abc import Sequence
 import click
 
 from ..base.contract import Diagnosis
-from ..pipeline.redact import redact
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
-from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, use_colour, write_output
+from .common import EXIT_FOUND, EXIT_OK, check_output, report_errors, report_warnings, use_colour, write_output
 from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs
 
 
@@ -20,9 +19,11 @@ def _run(
     paths: Sequence[str], fmt: str, rules_dirs: Sequence[str], engine: str, output: str | None, mode: str, no_redact: bool, jobs: int = 1
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
+    if output is not None:
+        check_output(output, paths)  # before the work, not after
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
     report_warnings(analysis.diagnosis)
-    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output)), output)
+    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output)), output, paths)
     return analysis.diagnosis
 
 
@@ -74,8 +75,7 @@ def explain_command(paths: tuple[str, ...], cause: str | None, bucket: str | Non
 
     def action() -> int:
         analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, redact=not no_redact)
-        text = explain(analysis, cause=cause, bucket=bucket)
-        click.echo(text if no_redact else redact(text), nl=False)
+        click.echo(explain(analysis, cause=cause, bucket=bucket, redacting=not no_redact), nl=False)
         return EXIT_OK
 
     sys.exit(report_errors(action))

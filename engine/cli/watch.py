@@ -9,7 +9,7 @@ import click
 from ..pipeline.render import format_diagnosis
 from ..tools.watch import watch
 from .common import EXIT_OK, EXIT_STALLED, report_errors, report_warnings, use_colour
-from .options import FORMAT, RULES_DIRS
+from .options import FORMAT, NO_REDACT, RULES_DIRS
 
 
 @click.command("watch")
@@ -20,8 +20,10 @@ from .options import FORMAT, RULES_DIRS
 @click.option("--on-stall-timeout", type=click.FloatRange(min=0, min_open=True), default=120.0, show_default=True, help="Seconds the on-stall command may run.")
 @FORMAT
 @RULES_DIRS
+@NO_REDACT
 def watch_command(
-    paths: tuple[str, ...], stall_after: float, poll: float, on_stall: str | None, on_stall_timeout: float, fmt: str, rules_dirs: tuple[str, ...]
+    paths: tuple[str, ...], stall_after: float, poll: float, on_stall: str | None, on_stall_timeout: float, fmt: str, rules_dirs: tuple[str, ...],
+    no_redact: bool,
 ) -> None:
     """Follow a live run's logs; diagnose it when it stops progressing (exit 4), exit 0 when it finishes."""
 
@@ -30,7 +32,8 @@ def watch_command(
 
     def action() -> int:
         outcome = watch(
-            paths, stall_after=stall_after, poll=poll, on_stall=on_stall, on_stall_timeout=on_stall_timeout, rules_dirs=rules_dirs, status=status
+            paths, stall_after=stall_after, poll=poll, on_stall=on_stall, on_stall_timeout=on_stall_timeout, rules_dirs=rules_dirs, status=status,
+            redacting=not no_redact,
         )
         if outcome.analysis is None:
             return EXIT_OK

@@ -21,13 +21,15 @@ from ..base.vocabulary import InputKind, ValueType
 from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
+from ..kb.regexes import REGEX_TIMEOUT, timed_out
+from .redact import CONTEXT, CUT_MARGIN, continued, cut_bytes, redact
+from .redact import cut as cut_text
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
 MAX_TEXT = 2000  # evidence text is cut to this many characters
 SAMPLES = 3
 MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
-REGEX_TIMEOUT = 0.25  # seconds one signature may spend on one line
 
 
 # Keys the report and the smoke-test reduction quote even when no rule matches on them.
@@ -175,8 +177,9 @@ _MASKS = (
 
 
 def failure_template(text: str) -> str:
-    """The line with what varies between occurrences (times, numbers, ids, paths, ranks) masked."""
-    template = text.strip()
+    """The line with what varies between occurrences (times, numbers, ids, paths, ranks) masked.
+    Secrets go first: masking digits and paths would leave them in shapes redaction cannot see."""
+    template = redact(cut_text(text, 4096)).strip()
     for pattern, replacement in _MASKS:
         template = pattern.sub(replacement, template)
     return template[:200]
@@ -195,6 +198,8 @@ class FailureWindows:
         self.covered = 0  # the last line number any window holds
         self.pending = 0  # lines still wanted after the previous chunk's last window
         self.previous: list[tuple[int, bytes]] = []  # the previous chunk's last lines
+        # (line number, text before it) when a long line was split and this chunk continues it
+        self.split: tuple[int, str] | None = None
 
     def add(self, chunk: bytes, start: int, end: int, number: int) -> None:
         """Keep the window around chunk[start:end], which is line `number` (1-based)."""
@@ -212,7 +217,7 @@ class FailureWindows:
         after = after[:FAILURE_AFTER]
         self.pending = FAILURE_AFTER - len(after) if stop == len(chunk) else 0
         lines = [*numbered[-FAILURE_BEFORE:], (number, chunk[start:end]), *((number + 1 + i, raw) for i, raw in enumerate(after))]
-        window = [(n, raw[: MAX_TEXT if n == number else FAILURE_TEXT].decode("utf-8", "replace")) for n, raw in lines if n > self.covered]
+        window = [(n, self._text(n, raw, MAX_TEXT if n == number else FAILURE_TEXT)) for n, raw in lines if n > self.covered]
         if window:
             self._keep(window)
 
@@ -230,8 +235,13 @@ class FailureWindows:
         """Give a window cut short by the previous chunk's end the lines that follow it."""
         if self.pending and self.covered == base_line:
             head = chunk.split(b"\n", self.pending)[: self.pending]
-            self._keep([(base_line + 1 + i, raw[:FAILURE_TEXT].decode("utf-8", "replace")) for i, raw in enumerate(head)])
+            self._keep([(base_line + 1 + i, self._text(base_line + 1 + i, raw, FAILURE_TEXT)) for i, raw in enumerate(head)])
         self.pending = 0
+
+    def _text(self, number: int, raw: bytes, limit: int) -> str:
+        if self.split is not None and number == self.split[0]:
+            return cut_text(continued(self.split[1], raw[: limit + 2 * CUT_MARGIN].decode("utf-8", "replace")), limit)
+        return cut_bytes(raw, limit)
 
     def chunk_done(self, chunk: bytes, last_line: int) -> None:
         """Remember the chunk's last lines (the last is line `last_line`) for a window that starts at
@@ -320,6 +330,7 @@ class Scanner:
         carry = b""
         tail = b""
         long_line_warned = False
+        split = ""  # the end of the previous piece when a long line was split there
         while True:
             block = stream.read(CHUNK)
             if not block:
@@ -333,13 +344,16 @@ class Scanner:
                     long_line_warned = True
             chunk, carry = buffer[:cut], buffer[cut:]
             if chunk:
+                windows.split = (line_no + 1, split) if split else None
                 windows.chunk_start(chunk, line_no)
-                line_no += self._scan_chunk(chunk, line_no, kind, result, windows)
+                line_no += self._scan_chunk(chunk, line_no, kind, result, windows, split)
                 windows.chunk_done(chunk, line_no if chunk.endswith(b"\n") else line_no + 1)
+                split = "" if chunk.endswith(b"\n") else chunk[-CONTEXT:].decode("utf-8", "replace")
                 tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
         if carry:
+            windows.split = (line_no + 1, split) if split else None
             windows.chunk_start(carry, line_no)
-            self._scan_chunk(carry, line_no, kind, result, windows)
+            self._scan_chunk(carry, line_no, kind, result, windows, split)
             line_no += 1
             tail = (tail + carry)[-65536:]
         result.lines = line_no
@@ -351,9 +365,9 @@ class Scanner:
                     record.resolve()
         return result
 
-    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows) -> int:
+    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows, split: str = "") -> int:
         """Match the chunk's candidate lines; returns the chunk's number of newlines (each byte is
-        counted once)."""
+        counted once). `split` is the end of the previous piece when the chunk continues a split line."""
         if self.prefilter is None and not self.unfiltered:
             return chunk.count(b"\n")
         counted_to, line_no = 0, base_line
@@ -366,6 +380,8 @@ class Scanner:
             counted_to = start
             raw = chunk[start:end]
             line = raw.decode("utf-8", "replace")
+            if start == 0 and split:
+                line = continued(split, line)  # no half secret from the piece before
             self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
             if FAILURE_TRIGGER.search(line):
                 windows.add(chunk, start, end, line_no + 1)
@@ -393,12 +409,13 @@ class Scanner:
                 try:
                     match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
                 except TimeoutError:
-                    result.warnings.append(f"line {line_no}: signature {sig.id} gave up after {REGEX_TIMEOUT}s")
+                    if timed_out(sig.regex):  # once per run; it matches nothing from now on
+                        result.warnings.append(f"line {line_no}: signature {sig.id} gave up after {REGEX_TIMEOUT}s; disabled for the rest of the run")
                     continue
                 if match is None:
                     continue
                 explained = True
-                record = HitRecord(line_no, segment.raw[:MAX_TEXT], segment.rank, match, sig)
+                record = HitRecord(line_no, cut_text(segment.raw, MAX_TEXT), segment.rank, match, sig)
                 key = sig.id
                 if sig.model.distinct:
                     values = extract(sig, match)
@@ -415,11 +432,11 @@ class Scanner:
                 if known is not None:
                     known.count += segment.repeat
                 elif len(result.unexplained) < MAX_UNEXPLAINED:
-                    result.unexplained[template] = Unexplained(template, segment.repeat, line_no, segment.raw[:MAX_TEXT])
+                    result.unexplained[template] = Unexplained(template, segment.repeat, line_no, cut_text(segment.raw, MAX_TEXT))
             if self.config_re is not None:
                 for match in self.config_re.finditer(segment.text):
                     if len(result.config) < 10_000:
-                        result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, segment.raw[:MAX_TEXT]))
+                        result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, cut_text(segment.raw, MAX_TEXT)))
 
 
 class RegexPrefilter:

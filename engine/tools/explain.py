@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..base.text import printable
 from ..infer.fact import Fact
 from ..infer.results import Firing, Inference
 from ..infer.semantics import check_passes, literal_match, negation_blocker, refs_complete, tests_pass
 from ..kb.compile import CompiledPattern, CompiledRule
 from ..pipeline.rank import combine
+from ..pipeline.redact import cut, redact
 from ..pipeline.run import Analysis
 
 
@@ -24,9 +26,9 @@ class NearMiss:
 def _describe_fact(fact: Fact) -> str:
     where = f" {fact.evidence[0].path}:{fact.evidence[0].line}" if fact.evidence else ""
     if fact.type == "hit":
-        return f"hit {fact.get('signature')}{where}"
+        return printable(f"hit {fact.get('signature')}{where}")
     fields = ", ".join(f"{k}={v}" for k, v in sorted(fact.fields.items()) if k not in ("path", "line", "text"))
-    return f"{fact.type}({fields}){where}"
+    return printable(f"{fact.type}({fields}){where}")
 
 
 def _partial(rule: CompiledRule, facts: list[Fact], upto: int) -> Iterator[dict[str, Fact]]:
@@ -88,7 +90,8 @@ def _chain(firing: Firing, inference: Inference, depth: int, seen: set[int], lin
             _chain(producer, inference, depth + 2, seen, lines)
 
 
-def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = None) -> str:
+def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = None, redacting: bool = True) -> str:
+    """The explanation as text; secrets redacted (unless `redacting` is off) before anything is cut."""
     inference = analysis.inference
     program = analysis.kb.program
     lines: list[str] = []
@@ -107,13 +110,13 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
             firing = next(f for f in inference.firings if f.cause == item.rule and f.rule == contribution.rule)
             _chain(firing, inference, 1, set(), lines)
         for ev in item.evidence:
-            lines.append(f"  evidence {ev.path}:{ev.line}  {ev.text.strip()[:160]}")
+            lines.append(f"  evidence {printable(ev.path)}:{ev.line}  {printable(cut(ev.text.strip(), 160))}")
         lines.append("")
     if cause is not None and not targets:
         lines.append(f"{cause} is not among the ranked causes.")
     for record in analysis.ranking.suppressed:
         if (cause is None or record.target == cause) and (bucket is None or bucket in record.target or True):
-            lines.append(f"guard {record.rule} suppressed {record.target}: {record.reason}")
+            lines.append(f"guard {record.rule} suppressed {record.target}: {printable(record.reason)}")
     fired = {f.rule for f in inference.firings}
     misses = []
     for rule in program.rules:
@@ -132,4 +135,6 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
         lines.append("near misses (rules that did not fire, and the one condition they lacked):")
         for miss in misses[:12]:
             lines.append(f"  {miss.rule} [{miss.bucket}] matched {miss.matched} pattern(s); lacked: {miss.lacked}")
-    return "\n".join(lines).rstrip() + "\n"
+    text = "\n".join(lines).rstrip() + "\n"
+    # Line by line: a key block cut off in one evidence line must not swallow the lines after it.
+    return "\n".join(redact(line) for line in text.split("\n")) if redacting else text

@@ -19,7 +19,7 @@ from ..base.contract import Evidence
 from ..base.markers import BAR_COUNT, MARKER_SIGNATURE, step_markers
 from ..infer.fact import Fact
 from ..pipeline.assemble import SUCCESS_CRITERIA
-from ..pipeline.redact import redact
+from ..pipeline.redact import cut, finish_model
 from ..pipeline.run import analyse
 
 CHECK_NAMES = ("first_step_completed", "progress_advanced", "step_time_logged", "reward_computed")
@@ -79,9 +79,9 @@ _STEP_LINE = re.compile(r"(?<![\w/])step[: ](?P<step>\d+)(?: - | \| \{|: policy 
 
 
 def _evidence(ev: Evidence, detail: str | None = None) -> VerifyEvidence:
-    text = redact(ev.text.strip())
+    text = ev.text.strip()
     if len(text) > _MAX_TEXT:
-        text = text[: _MAX_TEXT - 1] + "…"
+        text = cut(text, _MAX_TEXT - 1) + "…"
     return VerifyEvidence(path=ev.path, line=ev.line, text=text, detail=detail)
 
 
@@ -170,7 +170,7 @@ def _progress(facts: list[Fact]) -> VerifyCheck:
     if unique:
         return VerifyCheck(name=CHECK_NAMES[1], criterion=criterion, passed=True, evidence=[unique[k] for k in sorted(unique)][:_MAX_EVIDENCE])
     if last_bar is not None:
-        missing = f"the progress bar never left 0 ({last_bar.path}:{last_bar.line}: {redact(last_bar.text.strip())[:_MAX_TEXT]})"
+        missing = f"the progress bar never left 0 ({last_bar.path}:{last_bar.line}: {cut(last_bar.text.strip(), _MAX_TEXT)})"
     else:
         missing = "no progress bar past 0, no step metric line and no step_completed marker in the logs"
     return VerifyCheck(name=CHECK_NAMES[1], criterion=criterion, passed=False, missing=missing)
@@ -256,21 +256,24 @@ def verify(
     *,
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     stdin: Any = None,
+    redacting: bool = True,
 ) -> VerifyResult:
-    """Check logs of a rerun against the four success criteria. Never prints and never exits.
+    """Check logs of a rerun against the four success criteria. Never prints and never exits;
+    secrets are redacted from every string of the result (paths and warnings too) unless asked.
 
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
-    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, stdin=stdin)
+    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, stdin=stdin, redact=redacting)
     facts = analysis.inference.facts
     boundary = next((f for f in facts if f.type == "boundary"), None)
     checks = [_first_step(facts, boundary), _progress(facts), _step_time(facts), _reward(facts, boundary)]
-    return VerifyResult(
+    result = VerifyResult(
         passed=all(c.passed for c in checks),
         checks=checks,
         inputs=[s.path for s in analysis.scans],
         warnings=[f"{w.path}: {w.message}" for w in analysis.warnings],
     )
+    return finish_model(result, redacting)
 
 
 def format_text(result: VerifyResult) -> str:

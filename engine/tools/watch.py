@@ -62,10 +62,12 @@ from typing import Generic, TypeVar
 
 from ..base.errors import InputError
 from ..base.markers import BAR_COUNT, STAGE_MARKER
+from ..base.text import printable
 from ..inputs.discover import SNIFF_BYTES, looks_binary
 from ..inputs.normalize import ANSI, REPEATED
 from ..inputs.walk import folders
 from ..kb.load import load_knowledge_base
+from ..pipeline.redact import cut, redact
 from ..pipeline.run import Analysis, analyse
 
 ON_STALL_FILE = "rltriage-on-stall.txt"
@@ -269,7 +271,7 @@ class Watcher:
             # A bar redraw stays unterminated until the next redraw; its counter is judged now.
             text = tail.partial.decode("utf-8", "replace")
             if self.judge.counter(text, tail.path):
-                result.progress = f"{tail.path}: {text.strip()[:120]}"
+                result.progress = f"{tail.path}: {cut(text.strip(), 120)}"
 
     def _feed(self, tail: Tail, data: bytes, result: PollResult, on_line: Callable[[Verdict, str], None] | None) -> None:
         pieces = _split_lines(tail.partial + data)
@@ -292,9 +294,9 @@ class Watcher:
         if on_line is not None:
             on_line(verdict, line)
         if verdict is Verdict.finished:
-            result.finished = f"{tail.path}: {line.strip()[:120]}"
+            result.finished = f"{tail.path}: {cut(line.strip(), 120)}"
         elif verdict is Verdict.progress:
-            result.progress = f"{tail.path}: {line.strip()[:120]}"
+            result.progress = f"{tail.path}: {cut(line.strip(), 120)}"
         else:
             result.noise += 1
 
@@ -375,11 +377,17 @@ def watch(
     status: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    redacting: bool = True,
 ) -> WatchOutcome:
     """Follow the run until it finishes or stalls; on a stall, run `on_stall` and diagnose.
 
-    What happens along the way goes to `status`, one message at a time; nothing is printed.
+    What happens along the way goes to `status`, one message at a time, redacted (unless
+    `redacting` is off) and printable; nothing is printed.
     """
+
+    def say(message: str) -> None:
+        status(printable(redact(message) if redacting else message))
+
     for given in paths:
         if not os.path.exists(given):
             raise InputError(f"{given}: no such file or folder")
@@ -388,26 +396,26 @@ def watch(
     watcher = Watcher(paths)
     first = watcher.poll()  # learn what is already there; it is history, not progress
     if first.finished:
-        status(f"run already finished: {first.finished}")
+        say(f"run already finished: {first.finished}")
         return WatchOutcome()
     started = last_progress = last_activity = clock()
     last_where = "nothing yet (clock started with the watcher)"
     noise = 0
-    status(
+    say(
         f"watching {len(watcher.tails)} file(s) under {', '.join(paths)}; "
         f"stalled after {stall_after:g} s without progress, polling every {poll:g} s"
     )
     while True:
         sleep(poll)
         if not watcher.any_path_exists():
-            status("every watched path is gone; stopping")
+            say("every watched path is gone; stopping")
             return WatchOutcome()
         result = watcher.poll()
         now = clock()
         for path in result.new_files:
-            status(f"following new file {path}")
+            say(f"following new file {path}")
         if result.finished:
-            status(f"run finished: {result.finished}")
+            say(f"run finished: {result.finished}")
             return WatchOutcome()
         if result.grew:
             last_activity = now
@@ -419,11 +427,11 @@ def watch(
     idle = now - last_progress
     quiet = f"{noise} repeated line(s) since, last write {now - last_activity:.0f} s ago" if noise else "no new lines since"
     since = "since the watcher started" if last_progress == started else f"last progress: {last_where}"
-    status(f"STALLED — no progress for {idle:.0f} s ({since}; {quiet}); diagnosing {len(watcher.tails)} file(s)")
+    say(f"STALLED — no progress for {idle:.0f} s ({since}; {quiet}); diagnosing {len(watcher.tails)} file(s)")
     targets = list(paths)
     if on_stall:
         out = run_on_stall(on_stall, paths[0], on_stall_timeout)
-        status(f"on-stall command output appended to {out}")
+        say(f"on-stall command output appended to {out}")
         if not os.path.isdir(paths[0]):
             targets.append(out)  # inside the folder it is found like any other file
-    return WatchOutcome(analyse(targets, rules_dirs=rules_dirs, kb=kb))
+    return WatchOutcome(analyse(targets, rules_dirs=rules_dirs, kb=kb, redact=redacting))
