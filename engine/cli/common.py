@@ -3,16 +3,19 @@ goes, and atomic writes."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
 from ..base.contract import Diagnosis
 from ..base.errors import InferenceError, InputError, KnowledgeBaseError
+from ..base.text import printable
 
 # 0 done (a diagnosis was produced, whether or not a failure was found); 1 a blocking problem or a
 # failing check; 2 usage error or unreadable input; 3 knowledge-base error; 4 `watch` saw a stall.
@@ -24,7 +27,7 @@ def report_errors(action: Callable[[], int]) -> int:
     try:
         return action()
     except InputError as exc:
-        click.echo(f"rltriage: {exc}", err=True)
+        click.echo(f"rltriage: {printable(str(exc))}", err=True)
         return EXIT_USAGE
     except KnowledgeBaseError as exc:
         click.echo(str(exc), err=True)
@@ -35,20 +38,94 @@ def report_errors(action: Callable[[], int]) -> int:
         return EXIT_KB
 
 
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
 def write_atomic(text: str, output: str | os.PathLike[str]) -> None:
     """Write beside the target and rename, so an interrupted run never leaves half a file; an
-    existing file keeps its permissions."""
+    existing file keeps its permissions, a new one gets the usual ones (not the temporary file's)."""
     target = Path(output)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_NOT_WRITABLE = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def check_output(output: str, inputs: Sequence[str] = ()) -> None:
+    """Refuse, before any work, an `-o` that cannot or must not be written: one of the inputs (or a
+    file inside an input folder, which was read as one), a folder, a block device or socket, a
+    broken symbolic link, a file in a folder that does not exist. InputError (exit 2) says why."""
+    where = f"cannot write {output}"
+    if os.path.lexists(output) and not os.path.exists(output):
+        raise InputError(f"{where}: a broken symbolic link (not followed)")
+    if os.path.exists(output):
+        info = os.stat(output)
+        for test, kind in _NOT_WRITABLE:
+            if test(info.st_mode):
+                raise InputError(f"{where}: it is {kind}")
+        if stat.S_ISREG(info.st_mode):
+            real = os.path.realpath(output)
+            for given in inputs:
+                if given == "-" or not os.path.exists(given):
+                    continue
+                if os.path.isdir(given):
+                    folder = os.path.realpath(given)
+                    inside = os.path.commonpath([real, folder]) == folder
+                else:
+                    inside = os.path.samefile(output, given)
+                if inside:
+                    raise InputError(f"{where}: it is one of the inputs ({given}); refusing to overwrite it")
+        return
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise InputError(f"{where}: folder {os.path.dirname(output) or parent} does not exist")
+
+
+def write_report(text: str, output: str, inputs: Sequence[str] = ()) -> None:
+    """`-o`: a regular file (or a symbolic link to one, written through) is replaced atomically; a
+    device such as /dev/null or a terminal, a pipe or FIFO (with a reader), /dev/stdout, is written
+    to, never replaced; anything else is refused. Every failure is one InputError (exit 2)."""
+    check_output(output, inputs)
+    where = f"cannot write {output}"
+    try:
+        if os.path.exists(output) and not stat.S_ISREG(os.stat(output).st_mode):
+            fd = os.open(output, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            try:
+                os.set_blocking(fd, True)
+                data = text.encode("utf-8")
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            return
+        write_atomic(text, os.path.realpath(output))
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise InputError(f"{where}: a named pipe with no reader") from exc
+        raise InputError(f"{where}: {exc.strerror or exc}") from exc
 
 
 def fail(message: str, code: int) -> None:
@@ -56,11 +133,11 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def write_output(text: str, output: str | None) -> None:
+def write_output(text: str, output: str | None, inputs: Sequence[str] = ()) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        write_atomic(text, output)
+        write_report(text, output, inputs)
 
 
 def use_colour(output: str | None) -> bool:
@@ -69,4 +146,4 @@ def use_colour(output: str | None) -> bool:
 
 def report_warnings(diagnosis: Diagnosis) -> None:
     for warning in diagnosis.warnings:
-        click.echo(f"rltriage: warning: {warning.path}: {warning.message}", err=True)
+        click.echo(f"rltriage: warning: {printable(warning.path)}: {printable(warning.message)}", err=True)

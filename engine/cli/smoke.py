@@ -11,7 +11,7 @@ import click
 
 from ..base.errors import InputError
 from ..tools.smoke import smoke, smoke_text
-from .common import EXIT_OK, EXIT_USAGE, report_errors, write_atomic
+from .common import EXIT_OK, EXIT_USAGE, check_output, report_errors, write_report
 
 
 def _guarded(action: Callable[[], int]) -> int:
@@ -38,6 +38,8 @@ def smoke_command(config: str, output: str | None) -> None:
     """
 
     def action() -> int:
+        if output:
+            check_output(output, [config])
         if not os.path.exists(config) and config.lstrip().startswith("--"):
             result = smoke_text(config + "\n", name="<arguments>", kind="args", output_name=output)
         elif not os.path.isfile(config):
@@ -54,7 +56,7 @@ def smoke_command(config: str, output: str | None) -> None:
         for note in result.notes:
             click.echo(f"rltriage: to do: {note}", err=True)
         if output:
-            write_atomic(result.text, output)
+            write_report(result.text, output, [config])
             click.echo(f"rltriage: wrote {output}", err=True)
         return EXIT_OK
 
