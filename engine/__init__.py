@@ -5,6 +5,8 @@ The public API is small and never prints or exits:
     >>> import rltriage
     >>> diagnosis = rltriage.diagnose(["runs/2024-05-01"])
     >>> diagnosis.primary_bucket, [c.rule for c in diagnosis.causes]
+    >>> page = rltriage.report(["runs/2024-05-01"], "html")   # with the per-process timeline
+    >>> text = rltriage.render(diagnosis, "markdown")          # a diagnosis in hand, any format
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from .base.contract import Cause, Diagnosis, Evidence
 from .base.errors import InferenceError, InputError, KnowledgeBaseError, Problem
 from .kb.knowledge import KnowledgeBase
 from .kb.load import load_knowledge_base
-from .pipeline.run import diagnose, preflight
+from .pipeline.run import diagnose, preflight, render, report
 
 __all__ = [
     "Cause",
@@ -29,4 +31,6 @@ __all__ = [
     "diagnose",
     "load_knowledge_base",
     "preflight",
+    "render",
+    "report",
 ]

@@ -25,9 +25,10 @@ def _notice(message: str) -> None:
     click.echo(f"rltriage: {message}", err=True)
 
 
-def _batch(root_or_list: str, jobs: int, output: str | None, executor: str, rules_dirs: Sequence[str], redact: bool) -> int:
+def _batch(root_or_list: str, jobs: int, output: str | None, executor: str, rules_dirs: Sequence[str], redact: bool, html: str | None = None) -> int:
     text = run_batch(
-        root_or_list, jobs=jobs, output=output, executor=executor, rules_dirs=rules_dirs, redact=redact, write_line=_stdout_line, notice=_notice
+        root_or_list, jobs=jobs, output=output, executor=executor, rules_dirs=rules_dirs, redact=redact, write_line=_stdout_line, notice=_notice,
+        html=html,
     )
     # The summary goes to stdout when the lines went to a file, to stderr when they went to stdout.
     stream = sys.stdout if output else sys.stderr
@@ -45,9 +46,10 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 @jobs("Local worker processes.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Append JSON lines here; rerun to resume.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True, help="Where runs are diagnosed.")
+@click.option("--html", "html", type=click.Path(file_okay=False), default=None, help="Also write a self-contained HTML page per run and index.html into this folder.")
 @RULES_DIRS
 @NO_REDACT
-def batch_command(root_or_list: str, jobs: int, output: str | None, executor: str, rules_dirs: tuple[str, ...], no_redact: bool) -> None:
+def batch_command(root_or_list: str, jobs: int, output: str | None, executor: str, html: str | None, rules_dirs: tuple[str, ...], no_redact: bool) -> None:
     """Diagnose every run under ROOT (or listed in a file), one JSON line per run, resumably.
 
     A run is a folder that directly holds log files, or an archive of one. Results come in sorted
@@ -59,7 +61,7 @@ def batch_command(root_or_list: str, jobs: int, output: str | None, executor: st
     except ValueError:  # not the main thread: keep the default
         pass
     try:
-        code = report_errors(lambda: _batch(root_or_list, jobs, output, executor, rules_dirs, not no_redact))
+        code = report_errors(lambda: _batch(root_or_list, jobs, output, executor, rules_dirs, not no_redact, html))
     except (Interrupted, KeyboardInterrupt):
         click.echo("rltriage: batch interrupted; run the same command again to resume" if output else "rltriage: batch interrupted", err=True)
         code = EXIT_INTERRUPTED

@@ -12,7 +12,7 @@ from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
 from .common import EXIT_FOUND, EXIT_OK, check_output, report_errors, report_warnings, use_colour, write_output
-from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs
+from .options import ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, jobs, output_format
 
 
 def _run(
@@ -23,7 +23,8 @@ def _run(
         check_output(output, paths)  # before the work, not after
     analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs)
     report_warnings(analysis.diagnosis)
-    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output)), output, paths)
+    fmt = output_format(fmt, output)
+    write_output(format_diagnosis(analysis.diagnosis, fmt, analysis.kb, use_colour(output), details=analysis.details), output, paths)
     return analysis.diagnosis
 
 

@@ -38,7 +38,7 @@ def watch_command(
         if outcome.analysis is None:
             return EXIT_OK
         report_warnings(outcome.analysis.diagnosis)
-        click.echo(format_diagnosis(outcome.analysis.diagnosis, fmt, outcome.analysis.kb, use_colour(None)), nl=False)
+        click.echo(format_diagnosis(outcome.analysis.diagnosis, fmt, outcome.analysis.kb, use_colour(None), details=outcome.analysis.details), nl=False)
         return EXIT_STALLED
 
     sys.exit(report_errors(action))

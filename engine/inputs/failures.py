@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .normalize import ANSI, REPEATED
+from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
@@ -31,9 +32,11 @@ _HEADERS = (
 )
 # Headers that start a new log record: a continuation of an exception message never carries one.
 _RECORD_START = re.compile(
-    r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d|[IWEF]\d{4} \d\d:\d\d|\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d"
-    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s])"
+    r"^(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d|\[?[IWEF]\d{3,4} \d\d:\d\d|\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d"
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s]|\S+\.py:\d+: \w*Warning:)"
 )
+# NCCL's result line under a DistBackendError: part of its message, not a failure of its own.
+NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*: ")
 
 
 def strip_headers(raw: str) -> tuple[str, str | None]:
@@ -82,6 +85,10 @@ EXCEPTION = re.compile(
     r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<type>" + _TYPE + r"|Exception|StopIteration|StopAsyncIteration))"
     r"(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?::[ \t]?(?P<message>.*?))?\s*$"
 )
+# What ends a traceback, in Python's own grammar: `qualified.name` or `qualified.name: message`.
+TRACEBACK_END = re.compile(r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?::[ \t]?(?P<message>.*?))?\s*$")
+# An exception line pasted without its traceback, named by its module: `pyarrow.lib.ArrowInvalid: …`.
+DOTTED_EXCEPTION = re.compile(r"^(?P<qual>(?:[a-z_]\w*\.)+(?P<type>[A-Z]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?:[ \t](?P<message>.+?)\s*$")
 INLINE_EXCEPTION = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?: ")
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"^\s*what\(\):\s*(?P<message>.*)$")
@@ -97,9 +104,16 @@ SIGNAL_WORDS = {
 }
 SIGNAL_NUMBERS = {9: "SIGKILL", 11: "SIGSEGV", 6: "SIGABRT", 7: "SIGBUS", 4: "SIGILL", 8: "SIGFPE", 15: "SIGTERM", 2: "SIGINT"}
 _WORDS = "|".join(map(re.escape, SIGNAL_WORDS))
-# bash: `train.sh: line 3: 41311 Killed  python train.py`, `Segmentation fault (core dumped)`;
+# bash: `train.sh: line 3: 41311 Killed  python train.py`, a bare `Segmentation fault (core dumped)`;
 # srun: `srun: error: node-1: task 0: Killed`.
-SHELL_SIGNAL = re.compile(r"(?:^|:\s|\d\s+)(?P<word>" + _WORDS + r")(?: \(core dumped\))?(?:\s+(?P<cmd>\S.*))?\s*$")
+SHELL_SIGNAL = re.compile(
+    r"^(?P<w1>" + _WORDS + r")(?: \(core dumped\))?\s*$"
+    r"|\bline \d+:\s+\d+\s+(?P<w2>" + _WORDS + r")(?: \(core dumped\))?\s+\S"
+    r"|\btask \d+:\s+(?P<w3>" + _WORDS + r")(?: \(core dumped\))?\s*$"
+)
+# zsh: `zsh: killed     python train.py`.
+ZSH_SIGNAL = re.compile(r"^zsh: (?P<word>killed|segmentation fault|bus error|abort|illegal hardware instruction)\s+\S")
+ZSH_WORDS = {"killed": "SIGKILL", "segmentation fault": "SIGSEGV", "bus error": "SIGBUS", "abort": "SIGABRT", "illegal hardware instruction": "SIGILL"}
 EXITCODE = re.compile(r"\bexitcode\s*:?\s*(?P<code>-?\d+)")
 SIGNAL_RECEIVED = re.compile(r"\bSignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) received by PID (?P<pid>\d+)")
 ABSEIL_SIGNAL = re.compile(r"\*\*\* (?P<name>SIG[A-Z]+) received at time=")
@@ -108,7 +122,13 @@ EXIT_STATUS = re.compile(
     r"\b(?:exit(?:ed)? with (?:exit )?(?:code|status)|exit (?:code|status)(?: of)?|returned non-zero exit status)\s*:?\s*(?P<code>-?\d+)",
     re.IGNORECASE,
 )
-KILLED_BY = re.compile(r"killed by signal:? (?P<word>[A-Za-z][\w ]*?)\.?(?:\s|$)|\b(?P<name>SIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE|TERM))\b")
+# How exception messages report that a process died of a signal: `killed by signal: Killed`
+# (DataLoader), `died with <Signals.SIGKILL: 9>` (multiprocessing), `terminated by signal SIGSEGV`.
+KILLED_BY = re.compile(
+    r"killed by signal:? (?P<word>[A-Za-z][\w ]*?)\.?(?:\s|$)"
+    r"|\b(?:died|terminated|exited|killed|stopped) (?:with|by) (?:signal )?<?(?:Signals\.)?(?P<name>SIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE|TERM))\b"
+    r"|\bsignal \d+ \((?P<paren>SIG(?:KILL|SEGV|ABRT|BUS|ILL|FPE|TERM))\)"
+)
 
 # Exceptions that report a failure raised in another process or thread: the launcher's view, not the
 # cause. They still make the run a crash, but the first failure they wrap is what needs explaining.
@@ -209,10 +229,15 @@ def signal_of_code(code: int) -> str | None:
     return None
 
 
-def _exception(text: str) -> re.Match[str] | None:
+def _exception(text: str, after_frames: bool = False) -> re.Match[str] | None:
+    """The exception line's parts. Outside a traceback only names that read as exceptions count
+    (`…Error`, `…Exception`, a dotted `module.CamelCase`); right after a traceback's frames any
+    name does (`socket.gaierror`, `filelock._error.Timeout`, `_queue.Empty`)."""
     if not text or text[0].isspace():
         return None
     match = EXCEPTION.match(text)
+    if match is None:
+        match = (TRACEBACK_END if after_frames else DOTTED_EXCEPTION).match(text)
     if match is None or match.group("type").endswith("Warning"):
         return None
     return match
@@ -255,19 +280,41 @@ class _Line:
     raw: str
     text: str  # headers removed, indentation kept
     process: str | None
+    gap: bool = False  # lines were left out before this one (between captured windows)
 
 
 def parse_failures(lines: Sequence[tuple[int, str]]) -> list[ParsedFailure]:
-    """Every failure in numbered raw lines, ascending, possibly with gaps between captured windows."""
-    prepared: list[_Line] = []
+    """Every failure in numbered raw lines, ascending, possibly with gaps between captured windows.
+
+    Lines that name their process (`[rank3]:`, Ray's `(Worker pid=…)`) are read as one stream per
+    process, so tracebacks that several ranks print at once, interleaved, stay apart.
+    """
+    streams: dict[str | None, list[_Line]] = {}
+    gap_since: dict[str | None, bool] = {}
+    previous = None
     for number, raw in lines:
         text, process = strip_headers(raw)
+        if previous is not None and number > previous + 1:
+            gap_since = dict.fromkeys(streams, True)
+        previous = number
+        gap = gap_since.get(process, False) and process in streams
+        gap_since[process] = False
+        stream = streams.setdefault(process, [])
         pieces = unflatten(text)
         if pieces is None:
-            prepared.append(_Line(number, raw, text, process))
+            stream.append(_Line(number, raw, text, process, gap))
         else:
-            prepared.extend(_Line(number, raw, piece, process) for piece in pieces)
-    return _Parser(prepared).run()
+            stream.extend(_Line(number, raw, piece, process, gap and i == 0) for i, piece in enumerate(pieces))
+    failures: list[ParsedFailure] = []
+    chains = 0
+    for process in sorted(streams, key=lambda p: (p is not None, p or "")):
+        found = _Parser(streams[process]).run()
+        for failure in found:
+            failure.chain += chains
+        chains = max((f.chain for f in failures + found), default=chains)
+        failures.extend(found)
+    failures.sort(key=lambda f: (f.line, f.chain, f.position))
+    return failures[:MAX_FAILURES]
 
 
 class _Parser:
@@ -285,13 +332,12 @@ class _Parser:
         self.stale = 0
 
     def run(self) -> list[ParsedFailure]:
-        i, previous = 0, -1
+        i = 0
         while i < len(self.lines) and len(self.failures) < MAX_FAILURES:
-            if previous >= 0 and self.lines[i].number > previous + 1:
+            if self.lines[i].gap:
                 self._close()  # a gap between captured windows ends whatever was open
                 self.context = []
             i = self._step(i)
-            previous = self.lines[i - 1].number
         return self.failures
 
     def _close(self) -> None:
@@ -334,7 +380,7 @@ class _Parser:
                 del self.frames[8]  # keep the outermost few and the innermost many
             self.stale = 0
             return self._code(i + 1, tf)
-        exc = _exception(text)
+        exc = _exception(text, after_frames=self.open and bool(self.frames))
         if exc is not None and (self.open or exc.group("message") is not None):
             return self._exception(i, exc)
         other = self._other(i)
@@ -400,8 +446,12 @@ class _Parser:
         while i < len(self.lines) and len(failure.detail_lines) < MAX_CONTINUATION:
             nxt = self.lines[i]
             t = nxt.text
-            if not t.strip() or TRACEBACK.match(t) or CHAIN.match(t) or FRAME.match(t) or _exception(t) or WHAT.match(t):
+            if nxt.gap or nxt.process != line.process:
                 break
+            if not t.strip() or TRACEBACK.match(t) or CHAIN.match(t) or FRAME.match(t) or WHAT.match(t):
+                break
+            if _exception(t) and not NCCL_RESULT.match(t):
+                break  # another exception; NCCL's `ncclInternalError: …` line explains this one
             if THREAD_HEADER.match(t) or IGNORED_HEADER.match(t) or _RECORD_START.match(nxt.raw) or _RECORD_START.match(t) or "%|" in t:
                 break  # the next log record
             failure.detail_lines.append((nxt.number, nxt.raw))
@@ -434,7 +484,9 @@ class _Parser:
         match = FATAL_PYTHON.search(text)
         if match:
             message = match.group("message").strip()
-            return make("fatal", "FatalPythonError", message, SIGNAL_WORDS.get(message.split(":")[0].strip()) or _signal_word(message))
+            failure = make("fatal", "FatalPythonError", message, SIGNAL_WORDS.get(message.split(":")[0].strip()) or _signal_word(message))
+            failure.frames = self._crash_stack(i + 1, line.process)
+            return failure
         match = SIGNAL_RECEIVED.search(text)
         if match:
             return make("signal", match.group("name"), text, match.group("name"))
@@ -449,7 +501,11 @@ class _Parser:
             return make("signal" if signal else "exit", signal or f"exit {code}", text, signal, code) if code else None
         match = SHELL_SIGNAL.search(text)
         if match and len(text) < 300:
-            name = SIGNAL_WORDS[match.group("word")]
+            name = SIGNAL_WORDS[match.group("w1") or match.group("w2") or match.group("w3")]
+            return make("signal", name, text, name)
+        match = ZSH_SIGNAL.match(text)
+        if match:
+            name = ZSH_WORDS[match.group("word")]
             return make("signal", name, text, name)
         match = EXIT_STATUS.search(text)
         if match and len(text) < 400:
@@ -457,6 +513,33 @@ class _Parser:
             signal = signal_of_code(code)
             return make("signal" if signal else "exit", signal or f"exit {code}", text, signal, code) if code else None
         return None
+
+
+    def _crash_stack(self, i: int, process: str | None) -> list[TraceFrame]:
+        """The crashing thread's frames that faulthandler prints after `Fatal Python error:` (most
+        recent call first; the crashing one is `Current thread …`), outermost first like a
+        traceback's."""
+        blocks: list[tuple[bool, list[TraceFrame]]] = []
+        preamble = 0
+        for line in self.lines[i : i + 4 * MAX_FRAMES]:
+            if line.process != process:
+                continue
+            header = FAULT_THREAD.match(line.text)
+            if header is not None:
+                blocks.append((header.group("current") == "Current thread", []))
+                continue
+            frame = FAULT_FRAME.match(line.text)
+            if frame is not None and blocks:
+                file = frame.group("file")
+                blocks[-1][1].append(TraceFrame(file, int(frame.group("line")), frame.group("func"), package_of(file), line.number, line.raw))
+            elif line.text.strip() and not blocks:
+                preamble += 1  # faulthandler may print a line or two first (`Extension modules: …`)
+                if preamble > 3:
+                    break
+            elif line.text.strip():
+                break
+        chosen = next((frames for current, frames in blocks if current), blocks[0][1] if blocks else [])
+        return chosen[::-1]
 
 
 def _signal_word(text: str) -> str | None:
@@ -467,7 +550,7 @@ def _signal_fields(failure: ParsedFailure, text: str) -> None:
     """A signal or exit code an exception message reports (`killed by signal: Killed`, `exit status 255`)."""
     match = KILLED_BY.search(text)
     if match:
-        failure.signal = match.group("name") or _signal_word(match.group("word") or "") or SIGNAL_WORDS.get(match.group("word") or "")
+        failure.signal = match.group("name") or match.group("paren") or _signal_word(match.group("word") or "") or SIGNAL_WORDS.get(match.group("word") or "")
         if failure.signal is None and (match.group("word") or "").startswith("Bus"):
             failure.signal = "SIGBUS"
     exit_match = EXIT_STATUS.search(text)

@@ -57,7 +57,7 @@ def _stack_proof(inference: Inference) -> list[Evidence]:
         proof.extend(fact.evidence)
     seen = {e.path for e in proof}
     for fact in inference.facts_of("stack"):
-        if fact.get("dump") == "traceback" or fact.get("path") in seen:
+        if fact.get("dump") in ("traceback", "crash") or fact.get("path") in seen:
             continue
         seen.add(str(fact.get("path")))
         proof.extend(fact.evidence)
@@ -86,7 +86,7 @@ def _boundary(ranking: Ranking, scans: list[FileScan], inference: Inference) -> 
         if stamped:
             start, path = max(stamped)
             end = next((s.last_timestamp for s in scans if s.path == path), None)
-            if end is not None and end > start:
+            if end is not None and end - start >= 1.0:  # less is no measurable silence (the log's last stamp is the proof's)
                 silent = round(end - start, 1)
     return Boundary(
         last_completed=Stage(last) if last else None,

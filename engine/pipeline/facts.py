@@ -13,7 +13,7 @@ from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
 from ..infer.fact import BaseFact
 from ..inputs.configs import read_config
 from ..inputs.discover import Source, Warning
-from ..inputs.failures import ParsedFailure, TraceFrame
+from ..inputs.failures import KNOWN_PACKAGES, ParsedFailure, TraceFrame
 from ..inputs.stacks import Frame, ThreadStack, odd_one_out, parse_dumps, process_of, read_blocks
 from ..kb.knowledge import KnowledgeBase
 from ..kb.regexes import REGEX_TIMEOUT, timed_out
@@ -156,6 +156,22 @@ def stage_definitions() -> list[BaseFact]:
     ]
 
 
+CRASH_DUMP_DISTANCE = 8  # lines between `Fatal Python error:` and the dump it prints
+
+
+def _crash_dumps_marked(scan: FileScan, stacks: list[ThreadStack]) -> list[ThreadStack]:
+    """faulthandler's dump right after `Fatal Python error:` shows where a process crashed, not
+    where a live one waits: its stacks are `crash` dumps, which hang rules (pyspy, faulthandler)
+    do not read."""
+    fatal = [f.line for f in scan.failures if f.kind == "fatal"]
+    if not fatal:
+        return stacks
+    for stack in stacks:
+        if stack.kind == "faulthandler" and any(0 < stack.header_line - line <= CRASH_DUMP_DISTANCE for line in fatal):
+            stack.kind = "crash"
+    return stacks
+
+
 def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileScan], warnings: list[Warning]) -> list[BaseFact]:
     """Facts from the stack dumps and tracebacks the scanner saw: frame-signature hits, each main
     thread's stack, and the process that is not doing what all the others do."""
@@ -175,7 +191,7 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
             continue
         texts.update(((scan.path, number), cut(text, MAX_TEXT)) for number, text in numbered)
         kinds[scan.path] = scan.kind.value
-        stacks.extend(parse_dumps(scan.path, numbered, scan.stack_headers))
+        stacks.extend(_crash_dumps_marked(scan, parse_dumps(scan.path, numbered, scan.stack_headers)))
     facts: list[BaseFact] = []
     for stack in stacks:
         stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
@@ -219,12 +235,19 @@ MAX_TRACE_FRAMES = 40
 
 
 def _short(path: str) -> str:
-    """A frame's file as a reader names it: below site-packages, or its last two parts."""
+    """A frame's file as a reader names it: below site-packages, from the package of a known
+    project's checkout (`…/verl/verl/trainer/x.py` → `verl/trainer/x.py`), or its last two parts."""
     normal = path.replace("\\", "/")
     for marker in ("/site-packages/", "/dist-packages/"):
         if marker in normal:
             return normal.rsplit(marker, 1)[1]
     parts = [p for p in normal.split("/") if p]
+    known = [i for i, part in enumerate(parts[:-1]) if part in KNOWN_PACKAGES]
+    if known:
+        first = known[0]
+        while first + 1 < len(parts) - 1 and parts[first + 1] == parts[first]:
+            first += 1  # a checkout named like its package
+        return "/".join(parts[first:])
     return "/".join(parts[-2:]) if parts else normal
 
 

@@ -125,6 +125,7 @@ def rank(kb: KnowledgeBase, inference: Inference) -> Ranking:
         )
     causes = _without_covered(kb, causes, anchors)
     _add_failure_context(inference, causes)
+    _add_consequences(inference, causes)
     causes.sort(key=lambda c: (-c.score, _tier(kb, c.rule), -_priority(kb, c.rule), c.rule))
 
     symptom = _symptom(kb, inference, causes)
@@ -184,6 +185,32 @@ def _add_failure_context(inference: Inference, causes: list[RankedCause]) -> Non
             for extra in failure.evidence:
                 if len(cause.evidence) < MAX_EVIDENCE and all((e.path, e.line) != (extra.path, extra.line) for e in cause.evidence):
                     cause.evidence.append(extra)
+
+
+MAX_CONSEQUENCES = 2
+
+
+def _add_consequences(inference: Inference, causes: list[RankedCause]) -> None:
+    """A failure no cause cites is, where the logs say so, a consequence of one that does: a
+    launcher's or a wrapper's report of a dead child belongs to the top cause, and a failure later
+    in a file whose earlier lines a cause explains belongs to that cause (a process dies of its
+    error). Cite it there, so that every failure a cause accounts for is shown with it."""
+    if not causes:
+        return
+    cited = {(e.path, e.line) for c in causes for e in c.evidence}
+    added: dict[int, int] = {}
+    for failure in inference.facts_of("failure"):
+        where = (failure.get("path"), failure.get("line"))
+        if failure.get("ignored") or not failure.get("terminal") or where in cited:
+            continue
+        owner = causes[0] if failure.get("secondary") else next(
+            (c for c in causes if any(e.path == where[0] and e.line < int(where[1] or 0) for e in c.evidence)), None
+        )
+        if owner is None or added.get(id(owner), 0) >= MAX_CONSEQUENCES or not failure.evidence:
+            continue
+        owner.evidence.append(failure.evidence[0])
+        added[id(owner)] = added.get(id(owner), 0) + 1
+        cited.add(where)
 
 
 # Symptom facts of at least this weight decide the symptom; weaker ones (a crash inferred from a

@@ -15,6 +15,8 @@ from ..base.vocabulary import BUCKET_TITLES
 from ..infer.fact import Fact
 from ..kb.knowledge import KnowledgeBase, LoadedRule
 from ..kb.sandbox import BoundedSandbox, PackLoader, bounded, render_bounded
+from .html import render_html
+from .timeline import RunDetails
 
 REPORT_LIMIT = 64 << 20  # characters of a whole report (its size follows the run's, which is bounded)
 REPORT_SECONDS = 30.0
@@ -131,18 +133,23 @@ def _bucket_titles() -> dict[str, str]:
 _STYLES = {"h": "\x1b[1m", "dim": "\x1b[2m", "red": "\x1b[31m", "yellow": "\x1b[33m", "green": "\x1b[32m", "off": "\x1b[0m"}
 
 
-def _json(kb: KnowledgeBase, diagnosis: Diagnosis, colour: bool) -> str:
+def _json(kb: KnowledgeBase, diagnosis: Diagnosis, colour: bool, details: Details) -> str:
     return diagnosis.model_dump_json(indent=2) + "\n"
 
 
+# What a format may show beyond the diagnosis (the html format's per-process timeline and log
+# excerpts): built from the analysis only when a format calls it, since it reads the inputs again.
+Details = Callable[[], RunDetails] | None
+
 # The output formats of a diagnosis: name → how to write it. A new format is one entry here.
-FORMATS: dict[str, Callable[[KnowledgeBase, Diagnosis, bool], str]] = {
-    "text": lambda kb, diagnosis, colour: render_report(kb, diagnosis, "text", colour=colour),
-    "markdown": lambda kb, diagnosis, colour: render_report(kb, diagnosis, "markdown", colour=colour),
+FORMATS: dict[str, Callable[[KnowledgeBase, Diagnosis, bool, Details], str]] = {
+    "text": lambda kb, diagnosis, colour, details: render_report(kb, diagnosis, "text", colour=colour),
+    "markdown": lambda kb, diagnosis, colour, details: render_report(kb, diagnosis, "markdown", colour=colour),
     "json": _json,
+    "html": lambda kb, diagnosis, colour, details: render_html(kb, diagnosis, details() if details is not None else None),
 }
 
 
-def format_diagnosis(diagnosis: Diagnosis, fmt: str, kb: KnowledgeBase, colour: bool = False) -> str:
-    """A diagnosis in one of FORMATS, as the CLI writes it."""
-    return FORMATS[fmt](kb, diagnosis, colour)
+def format_diagnosis(diagnosis: Diagnosis, fmt: str, kb: KnowledgeBase, colour: bool = False, details: Details = None) -> str:
+    """A diagnosis in one of FORMATS, as the CLI writes it; `details` is usually `analysis.details`."""
+    return FORMATS[fmt](kb, diagnosis, colour, details)

@@ -12,7 +12,7 @@ from ..base.errors import InputError
 from ..infer.fact import BaseFact
 from ..infer.registry import get_engine
 from ..infer.results import Inference
-from ..inputs.discover import Warning, discover, sort_key
+from ..inputs.discover import Source, Warning, discover, sort_key
 from ..kb.knowledge import KnowledgeBase
 from ..kb.load import load_knowledge_base
 from ..kb.regexes import SlowPatterns, patterns_run
@@ -22,7 +22,9 @@ from .progress import tracked
 from .rank import Ranking, rank
 from .read import read_sources
 from .redact import finish_model
+from .render import FORMATS, format_diagnosis
 from .scan import FileScan, scanner_for
+from .timeline import RunDetails, build_details
 
 
 @dataclass
@@ -36,6 +38,14 @@ class Analysis:
     ranking: Ranking
     diagnosis: Diagnosis
     warnings: list[Warning] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    redacted: bool = True
+
+    def details(self) -> RunDetails:
+        """What the html format shows beyond the diagnosis: one timeline row per process and the
+        redacted log excerpts around the cited lines. Reads the inputs once more, so it is built
+        only when asked for."""
+        return build_details(self.scans, self.inference, self.diagnosis, self.sources, self.redacted)
 
 
 def analyse(
@@ -84,7 +94,7 @@ def _analyse(
     ranking = rank(kb, inference)
     diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
     diagnosis = finish_model(diagnosis, redact)
-    return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings)
+    return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings, sources, redact)
 
 
 def diagnose(
@@ -111,3 +121,32 @@ def preflight(
 ) -> Diagnosis:
     """Check a config (and optional environment report) against the knowledge base's contracts."""
     return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact).diagnosis
+
+
+def report(
+    paths: Sequence[str | os.PathLike[str]],
+    fmt: str = "html",
+    *,
+    rules_dirs: Iterable[str | os.PathLike[str]] = (),
+    engine: str = "default",
+    stdin: BinaryIO | None = None,
+    redact: bool = True,
+) -> str:
+    """Diagnose a run and write its report in one of FORMATS ("text", "markdown", "json", "html").
+
+    The html page gets everything the analysis saw: one timeline row per process and redacted log
+    excerpts around every cited line. Never prints; raises like `diagnose`, and ValueError for an
+    unknown format.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact)
+    return format_diagnosis(analysis.diagnosis, fmt, analysis.kb, details=analysis.details)
+
+
+def render(diagnosis: Diagnosis, fmt: str = "text", *, kb: KnowledgeBase | None = None) -> str:
+    """A diagnosis already in hand, in one of FORMATS. An html page made from a diagnosis alone has
+    the six sections but no timeline and no excerpts (they need the logs: use `report`)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; one of {', '.join(FORMATS)}")
+    return format_diagnosis(diagnosis, fmt, kb or load_knowledge_base())

@@ -145,7 +145,7 @@ FAILURE_WORDS = (b"ERROR", b"FATAL", b"Exception", b"Error", b"failed", b"Failed
 FATAL_WORDS = (
     b"Killed", b"Segmentation fault", b"Aborted", b"Bus error", b"Illegal instruction", b"Floating point exception",
     b"exitcode", b"exit code", b"exit status", b"Exited with", b"terminate called", b"received at time=",
-    b"received by PID", b"Caught signal", b"Exit", b"Interrupt", b"Fault", b"TimeoutExpired", b"TooLarge",
+    b"received by PID", b"Caught signal", b"Exit", b"Interrupt", b"Fault", b"TimeoutExpired", b"TooLarge", b"zsh: ",
 )
 # A line that may end a failure record: an exception line, a C++ termination, a fatal signal or an
 # exit code. Cheap and loose on purpose: it only decides which lines are kept with their context for
@@ -153,8 +153,12 @@ FATAL_WORDS = (
 FAILURE_TRIGGER = re.compile(
     r"(?:Error|Exception|Exit|Interrupt|Fault|Failure|TimeoutExpired|TooLarge|Unavailable|NotFound)\w*(?:\([\w.]+\))?(?::|\s*$)"
     r"|terminate called|Fatal Python error|exitcode|exit (?:code|status)|Exited with|Killed|Segmentation fault|Aborted"
-    r"|Bus error|Illegal instruction|Floating point exception|received at time=|received by PID|Caught signal"
+    r"|Bus error|Illegal instruction|Floating point exception|received at time=|received by PID|Caught signal|zsh: "
 )
+# A traceback's header keeps the lines after it, up to its exception line, whatever that is named
+# (`socket.gaierror: …`, `_queue.Empty` carry none of the words above).
+TRACEBACK_HEADER = "Traceback (most recent call last)"
+TRACEBACK_AFTER = 200
 FAILURE_BEFORE = 120  # lines kept before a failure line: the traceback that leads to it
 FAILURE_AFTER = 20  # and after it: continuation lines, `what():`, torchelastic's failure table
 FAILURE_BYTES = 64 * 1024  # at most this much text is looked back over
@@ -201,8 +205,9 @@ class FailureWindows:
         # (line number, text before it) when a long line was split and this chunk continues it
         self.split: tuple[int, str] | None = None
 
-    def add(self, chunk: bytes, start: int, end: int, number: int) -> None:
-        """Keep the window around chunk[start:end], which is line `number` (1-based)."""
+    def add(self, chunk: bytes, start: int, end: int, number: int, wanted: int = FAILURE_AFTER) -> None:
+        """Keep the window around chunk[start:end], which is line `number` (1-based), with `wanted`
+        lines after it."""
         low = max(0, start - FAILURE_BYTES)
         before = chunk[low:start].split(b"\n")[:-1]
         if low > 0:
@@ -210,12 +215,13 @@ class FailureWindows:
         numbered = [(number - len(before) + i, raw) for i, raw in enumerate(before)]
         if low == 0:
             numbered = self.previous + numbered
-        stop = min(len(chunk), end + 1 + FAILURE_BYTES)
+        stop = min(len(chunk), end + 1 + FAILURE_BYTES * max(1, wanted // FAILURE_AFTER))
         after = chunk[end + 1 : stop].split(b"\n") if end + 1 < stop else []
         if stop < len(chunk) or (after and not after[-1]):
             after = after[:-1]  # cut mid-line, or the empty piece after the chunk's last newline
-        after = after[:FAILURE_AFTER]
-        self.pending = FAILURE_AFTER - len(after) if stop == len(chunk) else 0
+        after = after[:wanted]
+        if stop == len(chunk):  # the window runs on into the next chunk
+            self.pending = max(self.pending, wanted - len(after))
         lines = [*numbered[-FAILURE_BEFORE:], (number, chunk[start:end]), *((number + 1 + i, raw) for i, raw in enumerate(after))]
         window = [(n, self._text(n, raw, MAX_TEXT if n == number else FAILURE_TEXT)) for n, raw in lines if n > self.covered]
         if window:
@@ -385,6 +391,8 @@ class Scanner:
             self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
             if FAILURE_TRIGGER.search(line):
                 windows.add(chunk, start, end, line_no + 1)
+            elif TRACEBACK_HEADER in line:
+                windows.add(chunk, start, end, line_no + 1, TRACEBACK_AFTER)
         return line_no - base_line + chunk.count(b"\n", counted_to)
 
     def _signatures_for(self, found: list[str], line: str) -> list[CompiledSignature]:

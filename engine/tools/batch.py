@@ -10,6 +10,10 @@ an interrupted batch leaves complete lines plus at most one partial line; the ne
 same output keeps the complete lines, drops the partial one and diagnoses only the runs left. An
 uninterrupted and a resumed batch write the same bytes.
 
+With `html` (`--html DIR`) each run also gets a self-contained HTML page in DIR, written by the
+worker that diagnosed it (`page_name` names it), and DIR/index.html lists every run of the batch
+(resumed ones too) with its primary bucket, top cause and boundary, sortable in the browser.
+
 With `--executor ray` each run is one Ray task calling `rltriage.diagnose` on a worker: the run's
 path, as written here (relative to this working directory, which the task changes to), must be
 readable on every worker, e.g. on a shared filesystem, and rltriage must be installed there.
@@ -18,11 +22,14 @@ readable on every worker, e.g. on a shared filesystem, and rltriage must be inst
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import multiprocessing
 import os
+import re
 import signal
 import stat
+import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -40,8 +47,10 @@ from ..inputs.walk import folders
 from ..kb.knowledge import KnowledgeBase
 from ..kb.load import load_knowledge_base
 from ..pipeline import progress
+from ..pipeline.html import index_entry, index_page, render_index
 from ..pipeline.redact import redact as redact_text
-from ..pipeline.run import analyse, diagnose
+from ..pipeline.render import format_diagnosis
+from ..pipeline.run import Analysis, analyse
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 COMPRESSION = (".gz", ".bz2", ".xz", ".zst", ".zstd")
@@ -150,19 +159,65 @@ def shown_run(run: str, redact: bool) -> str:
     return printable(redact_text(run) if redact else run)
 
 
-def line_for(run: str, rules_dirs: Sequence[str], redact: bool, kb: KnowledgeBase | None = None) -> str:
+def page_name(run: str, redact: bool = True) -> str:
+    """The file name of a run's page in a batch's html folder: readable, and unique per run."""
+    shown = redact_text(run) if redact else run
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", shown).strip("._")[-80:] or "run"
+    digest = hashlib.sha256(run.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    return f"{base}-{digest}.html"
+
+
+def _replace(path: str, text: str) -> None:
+    """Write beside the target and rename: a stopped batch never leaves half a page."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".page.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_page(folder: str, run: str, analysis: Analysis, redact: bool) -> str:
+    """A run's html page (timeline, excerpts and all) in `folder`; returns its path."""
+    path = os.path.join(folder, page_name(run, redact))
+    _replace(path, format_diagnosis(analysis.diagnosis, "html", analysis.kb, details=analysis.details))
+    return path
+
+
+def write_index(folder: str, runs: Sequence[str], records: dict[str, dict[str, Any]], kb: KnowledgeBase, redact: bool, title: str) -> str:
+    """`folder`/index.html: bucket counts and a sortable table of the runs, each linked to its page."""
+    entries = []
+    for run in runs:
+        record = records.get(shown_run(run, redact))
+        if record is None:
+            continue
+        name = page_name(run, redact)
+        entry = index_entry(record, name if os.path.exists(os.path.join(folder, name)) else None)
+        entries.append(entry)
+    path = os.path.join(folder, "index.html")
+    _replace(path, render_index(kb, index_page(entries), redact_text(title) if redact else title))
+    return path
+
+
+def line_for(run: str, rules_dirs: Sequence[str], redact: bool, kb: KnowledgeBase | None = None, html: str | None = None) -> str:
     """The JSON line of one run: its diagnosis with `run` added, or `run` and `error`.
 
     With `kb` the run is diagnosed with that knowledge base (a batch pins the one it loaded, so
     rule files edited during a batch cannot make its runs disagree); without, `rules_dirs` is loaded.
+    With `html`, the run's page is written into that folder.
     """
     record: dict[str, Any]
     try:
-        if kb is not None:
-            diagnosis = analyse([run], kb=kb, redact=redact).diagnosis
-        else:
-            diagnosis = diagnose([run], rules_dirs=rules_dirs, redact=redact)
-        record = {"run": shown_run(run, redact), **diagnosis.model_dump(mode="json")}
+        analysis = analyse([run], rules_dirs=rules_dirs, kb=kb, redact=redact)
+        if html is not None:
+            write_page(html, run, analysis, redact)
+        record = {"run": shown_run(run, redact), **analysis.diagnosis.model_dump(mode="json")}
     except KnowledgeBaseError:
         raise  # not this run's fault: every run would fail the same way
     except InputError as exc:
@@ -186,13 +241,15 @@ def _init_worker(kb: KnowledgeBase | None, rules_dirs: Sequence[str]) -> None:
     _worker_kb = kb if kb is not None else load_knowledge_base(rules_dirs)
 
 
-def _worker_line(run: str, rules_dirs: Sequence[str], redact: bool) -> str:
-    return line_for(run, rules_dirs, redact, _worker_kb)
+def _worker_line(run: str, rules_dirs: Sequence[str], redact: bool, html: str | None = None) -> str:
+    return line_for(run, rules_dirs, redact, _worker_kb, html)
 
-def _local_lines(runs: Sequence[str], jobs: int, rules_dirs: Sequence[str], redact: bool, kb: KnowledgeBase) -> Generator[str, None, None]:
+def _local_lines(
+    runs: Sequence[str], jobs: int, rules_dirs: Sequence[str], redact: bool, kb: KnowledgeBase, html: str | None = None
+) -> Generator[str, None, None]:
     if jobs <= 1 or len(runs) < 2:
         for run in runs:
-            yield line_for(run, rules_dirs, redact, kb)
+            yield line_for(run, rules_dirs, redact, kb, html)
         return
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(
@@ -205,18 +262,18 @@ def _local_lines(runs: Sequence[str], jobs: int, rules_dirs: Sequence[str], reda
         # A bounded window of runs in flight, collected in submission order: output order is
         # the sorted run order whatever finishes first, and memory stays flat for 100,000 runs.
         pending = iter(runs)
-        window: deque[Future[str]] = deque(pool.submit(_worker_line, r, rules_dirs, redact) for r in islice(pending, jobs * 8))
+        window: deque[Future[str]] = deque(pool.submit(_worker_line, r, rules_dirs, redact, html) for r in islice(pending, jobs * 8))
         while window:
             line = window.popleft().result()
             following = next(pending, None)
             if following is not None:
-                window.append(pool.submit(_worker_line, following, rules_dirs, redact))
+                window.append(pool.submit(_worker_line, following, rules_dirs, redact, html))
             yield line
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _ray_line(run: str, rules_dirs: Sequence[str], redact: bool, cwd: str) -> str:
+def _ray_line(run: str, rules_dirs: Sequence[str], redact: bool, cwd: str, html: str | None = None) -> str:
     """One Ray task: the run's path is as the driver wrote it, relative to the driver's cwd."""
     try:
         os.chdir(cwd)
@@ -225,10 +282,10 @@ def _ray_line(run: str, rules_dirs: Sequence[str], redact: bool, cwd: str) -> st
             message = f"{cwd}: driver's working directory not readable on this Ray worker: {exc.strerror or exc}"
             return json.dumps({"run": shown_run(run, redact), "error": shown_run(message, redact)}, ensure_ascii=True, separators=(",", ":"))
     progress.silence()
-    return line_for(run, rules_dirs, redact)
+    return line_for(run, rules_dirs, redact, html=html)
 
 
-def _ray_lines(runs: Sequence[str], rules_dirs: Sequence[str], redact: bool) -> Generator[str, None, None]:
+def _ray_lines(runs: Sequence[str], rules_dirs: Sequence[str], redact: bool, html: str | None = None) -> Generator[str, None, None]:
     try:
         import ray
     except ImportError as exc:
@@ -244,7 +301,7 @@ def _ray_lines(runs: Sequence[str], rules_dirs: Sequence[str], redact: bool) -> 
         cwd = os.getcwd()
         in_flight = max(16, 4 * int(ray.cluster_resources().get("CPU", 1)))
         pending = iter(runs)
-        window: deque[tuple[str, Any]] = deque((r, task.remote(r, tuple(rules_dirs), redact, cwd)) for r in islice(pending, in_flight))
+        window: deque[tuple[str, Any]] = deque((r, task.remote(r, tuple(rules_dirs), redact, cwd, html)) for r in islice(pending, in_flight))
         while window:
             run, ref = window.popleft()
             try:
@@ -254,7 +311,7 @@ def _ray_lines(runs: Sequence[str], rules_dirs: Sequence[str], redact: bool) -> 
                 line = json.dumps({"run": shown_run(run, redact), "error": shown_run(message, redact)}, ensure_ascii=True, separators=(",", ":"))
             following = next(pending, None)
             if following is not None:
-                window.append((following, task.remote(following, tuple(rules_dirs), redact, cwd)))
+                window.append((following, task.remote(following, tuple(rules_dirs), redact, cwd, html)))
             yield line
     finally:
         if started:
@@ -389,7 +446,15 @@ def summary_view(record: dict[str, Any]) -> dict[str, Any]:
     if "error" in record:
         return {"run": record["run"], "error": record["error"]}
     causes = record.get("causes") or []
-    return {"run": record["run"], "primary_bucket": record.get("primary_bucket"), "causes": [{"rule": causes[0]["rule"]}] if causes else []}
+    top = {k: causes[0].get(k) for k in ("rule", "title", "score")} if causes else None
+    boundary = record.get("boundary") or {}
+    return {
+        "run": record["run"],
+        "primary_bucket": record.get("primary_bucket"),
+        "symptom": record.get("symptom"),
+        "boundary": {k: boundary.get(k) for k in ("last_completed", "first_missing")},
+        "causes": [top] if top else [],
+    }
 
 
 # --- the summary ----------------------------------------------------------------------------
@@ -452,18 +517,28 @@ def run_batch(
     redact: bool = True,
     write_line: Callable[[str], None] | None = None,
     notice: Callable[[str], None] = lambda message: None,
+    html: str | None = None,
 ) -> str:
     """The batch itself; returns the summary. Lines go to `output`, or to `write_line` without one;
-    notes on the output file and warnings go to `notice`. Raises InputError / KnowledgeBaseError
-    like the rest of the library."""
+    notes on the output file and warnings go to `notice`; with `html`, a page per run and an index
+    go to that folder. Raises InputError / KnowledgeBaseError like the rest of the library."""
     # A broken rule pack fails once, before any run; forked workers inherit the loaded one.
     kb = load_knowledge_base(rules_dirs)
-    runs = runs_of(root_or_list, exclude=[output] if output else [])
+    if html is not None:
+        html = os.path.abspath(html)  # Ray workers and forked workers alike write here
+        try:
+            os.makedirs(html, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"{html}: cannot create the html folder: {exc.strerror or exc}") from exc
+    runs = runs_of(root_or_list, exclude=[p for p in (output, html) if p])
     out = Output(output, write_line)
     try:
-        resumed, records = _write_all(runs, out, executor, jobs, rules_dirs, redact, root_or_list, kb, notice)
+        resumed, records = _write_all(runs, out, executor, jobs, rules_dirs, redact, root_or_list, kb, notice, html)
     finally:
         out.close()
+    if html is not None:
+        index = write_index(html, [r.path for r in runs], records, kb, redact, f"rltriage batch — {root_or_list}")
+        notice(f"html: one page per run, and {index}")
     return summary([shown_run(r.path, redact) for r in runs], records, resumed)
 
 def _write_all(
@@ -476,6 +551,7 @@ def _write_all(
     root_or_list: str,
     kb: KnowledgeBase,
     notice: Callable[[str], None],
+    html: str | None = None,
 ) -> tuple[int, dict[str, dict[str, Any]]]:
     for note in out.notes:
         notice(note)
@@ -489,7 +565,7 @@ def _write_all(
     bar = progress.Progress(sum(r.bytes for r in todo), sum(r.files for r in todo), len(todo))
     try:
         paths = [r.path for r in todo]
-        lines = _ray_lines(paths, rules_dirs, redact) if executor == "ray" else _local_lines(paths, jobs, rules_dirs, redact, kb)
+        lines = _ray_lines(paths, rules_dirs, redact, html) if executor == "ray" else _local_lines(paths, jobs, rules_dirs, redact, kb, html)
         try:
             for run, line in zip(todo, lines, strict=True):
                 out.write(line)

@@ -206,3 +206,100 @@ def test_lines_that_are_not_failures(text: str) -> None:
 
 def test_signal_of_code() -> None:
     assert signal_of_code(-9) == "SIGKILL" and signal_of_code(139) == "SIGSEGV" and signal_of_code(1) is None
+
+
+def test_interleaved_rank_tracebacks_stay_apart() -> None:
+    failures = parse(
+        """[rank0]: Traceback (most recent call last):
+[rank1]: Traceback (most recent call last):
+[rank0]:   File "/work/train.py", line 10, in step
+[rank1]:   File "/work/train.py", line 20, in other
+[rank0]:     loss.backward()
+[rank1]:     batch = next(it)
+[rank1]: StopIteration
+[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered"""
+    )
+    by_process = {f.process: f for f in failures}
+    assert [fr.function for fr in by_process["rank0"].frames] == ["step"]
+    assert by_process["rank0"].frames[0].code == "loss.backward()"
+    assert [fr.function for fr in by_process["rank1"].frames] == ["other"]
+    assert by_process["rank1"].type == "StopIteration"
+    assert by_process["rank0"].chain != by_process["rank1"].chain
+
+
+@pytest.mark.parametrize(
+    ("line", "type_"),
+    [
+        ("socket.gaierror: [Errno -2] Name or service not known", "gaierror"),
+        ("filelock._error.Timeout: The file lock '/data/.lock' could not be acquired.", "Timeout"),
+        ("_queue.Empty", "Empty"),
+        ("concurrent.futures.process.BrokenProcessPool: A process in the process pool was terminated abruptly", "BrokenProcessPool"),
+    ],
+)
+def test_any_exception_name_ends_a_traceback(line: str, type_: str) -> None:
+    (failure,) = parse(f'Traceback (most recent call last):\n  File "/srv/app.py", line 3, in run\n    do()\n{line}')
+    assert failure.type == type_ and failure.frames[0].function == "run"
+
+
+def test_dotted_exception_names_without_a_traceback() -> None:
+    (failure,) = parse("pyarrow.lib.ArrowInvalid: Could not convert 'x' with type str: tried to convert to int64")
+    assert failure.type == "ArrowInvalid" and failure.qualname == "pyarrow.lib.ArrowInvalid"
+    assert parse("torch.distributed.run: WARNING setting OMP_NUM_THREADS") == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "step 40: Killed 0 stale requests",
+        "Killed 3 idle workers after 60 s",
+        "INFO worker pool: process exited (it was killed by SIGKILL earlier and restarted)",
+    ],
+)
+def test_signal_words_in_ordinary_messages_are_not_failures(text: str) -> None:
+    assert [f.signal for f in parse(text)] == []
+
+
+def test_signals_named_in_exception_messages() -> None:
+    (died,) = parse("RuntimeError: Worker 3 died with <Signals.SIGKILL: 9>.")
+    (plain,) = parse("RuntimeError: the engine stopped; see its log for the reason (SIGKILL is one possibility)")
+    (zsh,) = parse("zsh: killed     python train.py --config grpo.yaml")
+    assert died.signal == "SIGKILL" and plain.signal is None and zsh.signal == "SIGKILL"
+
+
+def test_message_continuation_stops_at_the_next_record() -> None:
+    failures = parse(
+        """[rank3]: RuntimeError: Triton Error [CUDA]: out of memory
+[rank3]:[W903 10:11:12.000000000 ProcessGroupNCCL.cpp:1496] Warning: WARNING: destroy_process_group() was not called
+/opt/venv/lib/python3.11/site-packages/torch/cuda/__init__.py:88: UserWarning: CUDA initialization: unknown error
+[rank2]: still running step 12"""
+    )
+    (failure,) = failures
+    assert failure.detail == ""
+
+
+def test_nccl_result_line_belongs_to_the_distributed_error() -> None:
+    (failure,) = parse(
+        """torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, internal error
+ncclInternalError: Internal check failed.
+Last error:
+Proxy Call to rank 0 failed (Connect)"""
+    )
+    assert failure.type == "DistBackendError" and failure.detail.startswith("ncclInternalError: Internal check failed.")
+
+
+def test_fatal_python_error_carries_the_crashing_threads_frames() -> None:
+    (failure,) = parse(
+        """Fatal Python error: Segmentation fault
+
+Thread 0x00007f2a1bfff700 (most recent call first):
+  File "/usr/lib/python3.10/threading.py", line 324 in wait
+
+Current thread 0x00007f2a9c0b6740 (most recent call first):
+  File "/opt/venv/lib/python3.10/site-packages/flash_attn/flash_attn_interface.py", line 90 in _flash_attn_forward
+  File "/work/rl/train.py", line 77 in policy_step
+
+Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)"""
+    )
+    assert failure.signal == "SIGSEGV"
+    assert [f.function for f in failure.frames] == ["policy_step", "_flash_attn_forward"]
+    assert failure.package == "flash_attn"

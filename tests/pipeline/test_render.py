@@ -15,7 +15,7 @@ RUN = Path(__file__).resolve().parents[2] / "fixtures" / "trl" / "reward_never_r
 
 def test_every_format_renders_a_diagnosis(kb: KnowledgeBase) -> None:
     diagnosis = rltriage.diagnose([RUN])
-    assert list(FORMATS) == ["text", "markdown", "json"]
+    assert list(FORMATS) == ["text", "markdown", "json", "html"]
     text = format_diagnosis(diagnosis, "text", kb)
     assert text.startswith("rltriage ") and "Root-cause ranking" in text and "\x1b[" not in text
     assert "\x1b[1m" in format_diagnosis(diagnosis, "text", kb, colour=True)
