@@ -231,6 +231,48 @@ def redact(text: str) -> str:
     return "".join(out).replace(MASK + MASK, MASK)
 
 
+_KEY_BEGIN = re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----")
+_KEY_END = re.compile(r"-----END [A-Z ]{0,40}PRIVATE KEY-----")
+
+
+def mask_key_blocks(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Numbered lines (consecutive numbers form one stretch) with every line inside a private key
+    block replaced by [REDACTED]. A key printed over many lines leaves body lines that no shape
+    recognises alone; this sees the block: from a BEGIN line to its END line, from the start of a
+    stretch to an END line when the stretch began inside a key, and from a BEGIN line to the end of
+    a stretch that stops inside one. The BEGIN and END lines themselves are left to `redact`."""
+    if not any("PRIVATE KEY-----" in text for _n, text in lines):
+        return lines
+    out: list[tuple[int, str]] = []
+    stretch: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        inside: bool | None = None  # None: not known yet (the stretch may have begun inside a key)
+        pending: list[int] = []  # body lines before the first edge, masked if an END comes first
+        for index, (number, text) in enumerate(stretch):
+            begin, end = _KEY_BEGIN.search(text), _KEY_END.search(text)
+            if end is not None and (begin is None or end.start() > begin.start()):
+                if inside is None:
+                    for at in pending:
+                        stretch[at] = (stretch[at][0], MASK)
+                inside = False
+            elif begin is not None:
+                inside = True
+            elif inside:
+                stretch[index] = (number, MASK)
+            elif inside is None:
+                pending.append(index)
+        out.extend(stretch)
+        stretch.clear()
+
+    for number, text in lines:
+        if stretch and number != stretch[-1][0] + 1:
+            flush()
+        stretch.append((number, text))
+    flush()
+    return out
+
+
 def cut(text: str, limit: int) -> str:
     """`text[:limit]`, the cut moved before any secret (with its context) it would split."""
     if len(text) <= limit:
@@ -267,9 +309,20 @@ def continued(before: str, text: str) -> str:
     return text[drop:]
 
 
+def redact_path(path: str) -> str:
+    """A file or folder path redacted one name at a time: a secret in a folder's name (a value runs
+    to the end of a name, never past a `/`) leaves the names after it readable."""
+    return "/".join(redact(part) for part in path.split("/"))
+
+
+_PATH_KEYS = frozenset({"path", "inputs", "run"})  # result fields that hold a file or folder path
+
+
 def _walk(value: Any, redacting: bool, key: str = "") -> Any:
     if isinstance(value, str):
-        return printable(redact(value) if redacting else value, multiline=key == "fix")
+        if redacting:
+            value = redact_path(value) if key in _PATH_KEYS else redact(value)
+        return printable(value, multiline=key == "fix")
     if isinstance(value, list):
         return [_walk(v, redacting, key) for v in value]
     if isinstance(value, dict):

@@ -22,7 +22,7 @@ from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
 from ..kb.regexes import REGEX_TIMEOUT, timed_out
-from .redact import CONTEXT, CUT_MARGIN, continued, cut_bytes, redact
+from .redact import CONTEXT, CUT_MARGIN, continued, cut_bytes, mask_key_blocks, redact
 from .redact import cut as cut_text
 
 CHUNK = 1 << 20
@@ -265,7 +265,7 @@ class FailureWindows:
         for window in [*self.first, *self.last]:
             for number, text in window:
                 merged.setdefault(number, text)
-        return sorted(merged.items())
+        return mask_key_blocks(sorted(merged.items()))  # a key's body lines are secrets one by one
 
 
 _CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""

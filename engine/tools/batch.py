@@ -49,6 +49,7 @@ from ..kb.load import load_knowledge_base
 from ..pipeline import progress
 from ..pipeline.html import index_entry, index_page, render_index
 from ..pipeline.redact import redact as redact_text
+from ..pipeline.redact import redact_path
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import Analysis, analyse
 
@@ -156,7 +157,12 @@ def runs_of(root_or_list: str, exclude: Iterable[str] = ()) -> list[Run]:
 
 def shown_run(run: str, redact: bool) -> str:
     """A run's path as its JSON line names it: redacted like everything else, printable."""
-    return printable(redact_text(run) if redact else run)
+    return printable(redact_path(run) if redact else run)
+
+
+def shown_text(text: str, redact: bool) -> str:
+    """An error message as a JSON line carries it: redacted, printable."""
+    return printable(redact_text(text) if redact else text)
 
 
 def page_name(run: str, redact: bool = True) -> str:
@@ -221,9 +227,9 @@ def line_for(run: str, rules_dirs: Sequence[str], redact: bool, kb: KnowledgeBas
     except KnowledgeBaseError:
         raise  # not this run's fault: every run would fail the same way
     except InputError as exc:
-        record = {"run": shown_run(run, redact), "error": shown_run(str(exc), redact)}
+        record = {"run": shown_run(run, redact), "error": shown_text(str(exc), redact)}
     except Exception as exc:  # noqa: BLE001 - one odd run must not stop a batch of thousands
-        record = {"run": shown_run(run, redact), "error": shown_run(f"{type(exc).__name__}: {exc}", redact)}
+        record = {"run": shown_run(run, redact), "error": shown_text(f"{type(exc).__name__}: {exc}", redact)}
     # ASCII keeps undecodable file names (surrogate escapes) writable and the bytes stable.
     return json.dumps(record, ensure_ascii=True, separators=(",", ":"))
 
@@ -280,7 +286,7 @@ def _ray_line(run: str, rules_dirs: Sequence[str], redact: bool, cwd: str, html:
     except OSError as exc:
         if not os.path.isabs(run):
             message = f"{cwd}: driver's working directory not readable on this Ray worker: {exc.strerror or exc}"
-            return json.dumps({"run": shown_run(run, redact), "error": shown_run(message, redact)}, ensure_ascii=True, separators=(",", ":"))
+            return json.dumps({"run": shown_run(run, redact), "error": shown_text(message, redact)}, ensure_ascii=True, separators=(",", ":"))
     progress.silence()
     return line_for(run, rules_dirs, redact, html=html)
 
@@ -308,7 +314,7 @@ def _ray_lines(runs: Sequence[str], rules_dirs: Sequence[str], redact: bool, htm
                 line = ray.get(ref)
             except ray.exceptions.RayError as exc:  # the worker died (OOM, node lost …)
                 message = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                line = json.dumps({"run": shown_run(run, redact), "error": shown_run(message, redact)}, ensure_ascii=True, separators=(",", ":"))
+                line = json.dumps({"run": shown_run(run, redact), "error": shown_text(message, redact)}, ensure_ascii=True, separators=(",", ":"))
             following = next(pending, None)
             if following is not None:
                 window.append((following, task.remote(following, tuple(rules_dirs), redact, cwd, html)))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rltriage import KnowledgeBase
 from rltriage.base.vocabulary import InputKind
 from rltriage.pipeline.redact import SHAPES, Shape, cut, redact, spans
-from rltriage.pipeline.scan import MAX_LINE, MAX_TEXT, FileScan, failure_template, scanner_for
+from rltriage.pipeline.scan import CHUNK, MAX_LINE, MAX_TEXT, FileScan, failure_template, scanner_for
 
 from .bounds import cli, in_child, report
 
@@ -107,10 +107,13 @@ def test_secret_across_the_piece_boundary_of_a_long_line(kb: KnowledgeBase, shap
     secret, match, end = secret_of(shape)
     inside = match + int(where * (end - match))
     head = f"{MARKER} "
-    filler = "." * (MAX_LINE - len(head) - inside - 1) + " "
+    # The scanner reads CHUNK bytes at a time and splits a line once what it holds of it is longer
+    # than MAX_LINE: the first piece ends at the first multiple of CHUNK past MAX_LINE.
+    piece = (MAX_LINE // CHUNK + 1) * CHUNK
+    filler = "." * (piece - len(head) - inside - 1) + " "
     # Both pieces of the line are evidence: each holds the marker, an unexplained ERROR and an exception.
     line = head + filler + shape.example + f" {MARKER} ERROR there RuntimeError: boom\n"
-    assert line.encode()[:MAX_LINE].decode().endswith(shape.example[:inside])  # the boundary is inside the secret
+    assert line.encode()[:piece].decode().endswith(shape.example[:inside])  # the boundary is inside the secret
     scan = scan_line(kb, line)
     assert scan.lines == 1 and scan.warnings == ["line 1 is longer than 1 MiB; matched in pieces"]
     assert_nothing_leaks(scan, secret)
@@ -183,7 +186,7 @@ def test_every_output_path_is_redacted(tmp_path: Path) -> None:
     report("every output path", outcome)
     assert_clean(outputs, secrets)
     raw = cli(["diagnose", "--format", "json", "--no-redact", str(run)]).check(0, 30).stdout
-    assert secrets["hf"] in raw  # and the flag still turns it off
+    assert secrets["azure"] in raw  # and the flag still turns it off
 
 
 def test_watch_status_lines_are_redacted(tmp_path: Path) -> None:
@@ -228,3 +231,54 @@ def _diagnose(run: Path, fmt: str) -> int:
 
     main.main(args=["diagnose", "--format", fmt, str(run)], prog_name="rltriage", standalone_mode=True)
     return 0
+
+
+def test_private_key_printed_over_many_lines_after_an_exception(tmp_path: Path) -> None:
+    """A key block printed after (and before) an exception line is failure context line by line: no
+    body line may reach the failure evidence, in any format."""
+    import base64
+    import random
+
+    body = base64.b64encode(random.Random(16).randbytes(900)).decode()
+    key_lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    block = ["-----BEGIN RSA PRIVATE KEY-----", *key_lines, "-----END RSA PRIVATE KEY-----"]
+    log = tmp_path / "train.log"
+    log.write_text(
+        "\n".join(
+            [
+                "starting",
+                MARKER,
+                # The key before the exception: its failure context starts inside the block.
+                *block,
+                "ValueError: could not deserialize key data",
+                "Traceback (most recent call last):",
+                '  File "/app/train.py", line 3, in <module>',
+                "    load_key()",
+                "ValueError: could not deserialize key data:",
+                *block,  # and after it
+                "done",
+            ]
+        )
+        + "\n"
+    )
+    outputs = {}
+    for fmt in ("text", "markdown", "json", "html"):
+        outcome = cli(["diagnose", "--format", fmt, str(log)]).check(0, 30)
+        outputs[fmt] = outcome.stdout
+    outputs["explain"] = cli(["explain", str(log)]).check(0, 30).stdout
+    document = json.loads(outputs["json"])
+    assert document["failures"] and document["failures"][0]["type"] == "ValueError"  # still diagnosed
+    cited = [e["text"] for c in document["causes"] for e in c["evidence"]]
+    assert "[REDACTED]" in cited  # a body line was cited, masked
+    for where, text in outputs.items():
+        for line in key_lines:
+            assert leaked(text, line) is None, f"a key line leaks in {where}"
+    raw = cli(["diagnose", "--format", "json", "--no-redact", str(log)]).check(0, 30).stdout
+    assert "BEGIN RSA PRIVATE KEY" in raw
+
+
+def test_secret_in_a_folder_name_leaves_the_rest_of_the_path() -> None:
+    from rltriage.pipeline.redact import redact_path
+
+    assert redact_path("/runs/HF_TOKEN=hf_" + "A" * 34 + "/rank0/train.log") == "/runs/HF_TOKEN=[REDACTED]/rank0/train.log"
+    assert redact_path("/runs/a/b.log") == "/runs/a/b.log"
