@@ -56,21 +56,32 @@ def load_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
 
 def _expansion_problem(tree: Any) -> tuple[tuple[int, int], str] | None:
     """Walk the tree as `plain` would, without recursion, counting every value (an alias as often as
-    it is used): ((line, col), message) when it is an alias bomb or nested too deep."""
+    it is used): ((line, col), message) when it is an alias bomb (at the top-level value that
+    expands too far, not the anchor it repeats) or nested too deep (at the deepest node)."""
     nodes = 0
-    stack: list[tuple[Any, int]] = [(tree, 0)]
+    stack: list[tuple[Any, int, tuple[int, int] | None]] = [(tree, 0, None)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, top = stack.pop()
         if not isinstance(node, (dict, list)):
             continue
-        children = list(node.values()) if isinstance(node, dict) else list(node)
+        children = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
         nodes += len(children)
         where = (node.lc.line + 1, node.lc.col + 1) if isinstance(node, (CommentedMap, CommentedSeq)) else (1, 1)
         if nodes > MAX_NODES:
-            return where, f"the file expands to more than {MAX_NODES} values (an alias used inside an alias, over and over?)"
+            return top or where, f"the file expands to more than {MAX_NODES} values (an alias used inside an alias, over and over?)"
         if depth >= MAX_DEPTH:
             return where, f"nested more than {MAX_DEPTH} deep"
-        stack.extend((child, depth + 1) for child in children)
+        for key, child in children:
+            origin = top
+            if origin is None:
+                origin = where
+                if isinstance(node, CommentedMap):
+                    try:
+                        line, col = node.lc.value(key)
+                        origin = (line + 1, col + 1)
+                    except (KeyError, TypeError):
+                        pass
+            stack.append((child, depth + 1, origin))
     return None
 
 
