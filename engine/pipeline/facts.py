@@ -130,7 +130,9 @@ def numbered_lines(stream: ByteStream, limit: int, notes: list[str] | None = Non
         block = stream.read(min(1 << 20, limit - total)) if total < limit else b""
         total += len(block)
         pieces = (pending + block).split(b"\n")
-        pending = pieces.pop() if block else b""
+        pending = pieces.pop()
+        if not block and pending:
+            pieces.append(pending)  # the last line, without its newline
         for raw in pieces:
             number += 1
             yield number, raw[:4096].decode("utf-8", "replace")
