@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -73,11 +74,37 @@ _NOT_WRITABLE = (
 )
 
 
+_OPEN_FD = re.compile(r"^/(?:dev/(?:std(?P<name>out|err)|fd/(?P<fd>\d+))|proc/(?:self|\d+)/fd/(?P<proc_fd>\d+))$")
+
+
+def _open_descriptor(output: str) -> int | None:
+    """The descriptor `-o /dev/stdout`, `/dev/fd/N` or `/proc/self/fd/N` names: written to as it is
+    (a file the shell opened for appending stays appended to, a terminal or pipe is not replaced)."""
+    match = _OPEN_FD.match(os.path.abspath(output))
+    if match is None:
+        return None
+    if match.group("name"):
+        return 1 if match.group("name") == "out" else 2
+    if match.group("proc_fd") and not os.path.abspath(output).startswith(("/proc/self/", f"/proc/{os.getpid()}/")):
+        return None
+    return int(match.group("fd") or match.group("proc_fd"))
+
+
 def check_output(output: str, inputs: Sequence[str] = ()) -> None:
     """Refuse, before any work, an `-o` that cannot or must not be written: one of the inputs (or a
     file inside an input folder, which was read as one), a folder, a block device or socket, a
-    broken symbolic link, a file in a folder that does not exist. InputError (exit 2) says why."""
+    broken symbolic link, a file of /proc or /sys, a file in a folder that does not exist.
+    InputError (exit 2) says why."""
     where = f"cannot write {output}"
+    descriptor = _open_descriptor(output)
+    if descriptor is not None:
+        try:
+            os.fstat(descriptor)
+        except OSError as exc:
+            raise InputError(f"{where}: descriptor {descriptor} is not open") from exc
+        return
+    if os.path.realpath(output).startswith(("/proc/", "/sys/")):
+        raise InputError(f"{where}: a file of the kernel's /proc or /sys, not a report")
     if os.path.lexists(output) and not os.path.exists(output):
         raise InputError(f"{where}: a broken symbolic link (not followed)")
     if os.path.exists(output):
@@ -103,21 +130,28 @@ def check_output(output: str, inputs: Sequence[str] = ()) -> None:
         raise InputError(f"{where}: folder {os.path.dirname(output) or parent} does not exist")
 
 
+def _write_all(fd: int, text: str) -> None:
+    view = memoryview(text.encode("utf-8"))
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def write_report(text: str, output: str, inputs: Sequence[str] = ()) -> None:
     """`-o`: a regular file (or a symbolic link to one, written through) is replaced atomically; a
     device such as /dev/null or a terminal, a pipe or FIFO (with a reader), /dev/stdout, is written
     to, never replaced; anything else is refused. Every failure is one InputError (exit 2)."""
     check_output(output, inputs)
     where = f"cannot write {output}"
+    descriptor = _open_descriptor(output)
     try:
+        if descriptor is not None:
+            _write_all(descriptor, text)
+            return
         if os.path.exists(output) and not stat.S_ISREG(os.stat(output).st_mode):
             fd = os.open(output, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY)
             try:
                 os.set_blocking(fd, True)
-                data = text.encode("utf-8")
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                _write_all(fd, text)
             finally:
                 os.close(fd)
             return

@@ -27,7 +27,7 @@ def _guarded(action: Callable[[], int]) -> int:
 
 @click.command("smoke", context_settings={"ignore_unknown_options": True})
 @click.argument("config")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the reduced config here (atomic). Without it nothing is written.")
+@click.option("-o", "--output", type=click.Path(), help="Write the reduced config here (atomic). Without it nothing is written.")
 def smoke_command(config: str, output: str | None) -> None:
     """Reduce CONFIG to the 1-step smoke test and print the change as a unified diff.
 
