@@ -72,6 +72,8 @@ def pack_file_problems(packs: list[Path]) -> list[Problem]:
     rule, a template or a fixture's text; FIFOs and devices are never opened."""
     problems = []
     for pack in packs:
+        if pack == builtin_pack():
+            continue  # installed with the code, not written by a stranger
         for folder in PACK_FOLDERS[:3]:
             base = pack / folder
             if not base.is_dir():
