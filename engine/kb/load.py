@@ -134,21 +134,25 @@ def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem]) 
 # Loaded knowledge bases by their packs' paths, with the newest modification time seen under
 # them: a changed pack replaces its old entry; a few sets of packs are kept.
 MAX_LOADED = 8
-_loaded: OrderedDict[tuple[str, ...], tuple[tuple[float, ...], KnowledgeBase]] = OrderedDict()
+_loaded: OrderedDict[tuple[str, ...], tuple[tuple[str, ...], KnowledgeBase]] = OrderedDict()
 _loaded_lock = threading.Lock()
 
 
-def _newest(pack: Path) -> float:
-    newest = 0.0
+def _stamp(pack: Path) -> str:
+    """What a pack's files are now: every file's name, size, modification time and inode, hashed. A
+    file changed in place with an older time (a checkout, `cp -p`, an archive unpacked), added or
+    removed changes it, so a changed pack replaces its cached knowledge base."""
+    digest = hashlib.sha256()
     for folder in PACK_FOLDERS[:3]:
         base = pack / folder
         if base.is_dir():
-            for p in base.rglob("*"):
+            for p in sorted(base.rglob("*")):
                 try:
-                    newest = max(newest, p.stat().st_mtime)
+                    info = p.stat()
                 except OSError:
-                    pass
-    return newest
+                    continue
+                digest.update(f"{p}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, include_builtin: bool = True) -> KnowledgeBase:
@@ -160,7 +164,7 @@ def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, in
             raise KnowledgeBaseError([Problem(_display(path), 1, 1, "missing-pack", "rules directory does not exist")])
         packs.append(path)
     key = tuple(str(pack.resolve()) for pack in packs)
-    stamp = tuple(_newest(pack) for pack in packs)
+    stamp = tuple(_stamp(pack) for pack in packs)
     with _loaded_lock:
         cached = _loaded.get(key)
         if cached is not None and cached[0] == stamp:
