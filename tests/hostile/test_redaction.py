@@ -165,7 +165,7 @@ def test_every_output_path_is_redacted(tmp_path: Path) -> None:
     secrets = plant_run(tmp_path)
     run = next(tmp_path.iterdir())
     outputs: dict[str, str] = {}
-    for fmt in ("text", "markdown", "json"):
+    for fmt in ("text", "markdown", "json", "html"):
         outcome = cli(["diagnose", "--format", fmt, str(run)]).check(0, 30)
         outputs[fmt] = outcome.stdout
         outputs[f"{fmt} stderr"] = outcome.stderr
