@@ -32,11 +32,12 @@ class Outcome:
     stderr: str
     seconds: float
     rss_mb: float  # fresh-process equivalent: baseline + what this run added
+    detail: str = ""  # how rss_mb was made, for a failing bound
 
     def check(self, code: int, seconds: float, rss_mb: float = RSS_LIMIT_MB) -> Outcome:
         assert self.code == code, f"exit {self.code}, expected {code}\nstdout: {self.stdout[-3000:]}\nstderr: {self.stderr[-3000:]}"
         assert self.seconds < seconds, f"took {self.seconds:.1f}s, bound {seconds}s"
-        assert self.rss_mb <= rss_mb, f"peak RSS {self.rss_mb:.0f} MB, bound {rss_mb} MB"
+        assert self.rss_mb <= rss_mb, f"peak RSS {self.rss_mb:.0f} MB, bound {rss_mb} MB ({self.detail})"
         assert "Traceback (most recent call last)" not in self.stderr, self.stderr
         return self
 
@@ -50,16 +51,28 @@ def _status() -> dict[str, int]:
     return {key: int(re.search(key + r":\s+(\d+)", text).group(1)) // 1024 for key in ("VmRSS", "VmHWM")}  # type: ignore[union-attr]
 
 
+_BASELINE = """
+import sys
+from pathlib import Path
+from rltriage.cli import main
+try:
+    main.main(args=["diagnose", sys.argv[1]], prog_name="rltriage", standalone_mode=False)
+finally:
+    status = Path("/proc/self/status").read_text()
+    sys.stderr.write(next(line for line in status.splitlines() if line.startswith("VmHWM:")).split()[1])
+"""
+
+
 @cache
 def fresh_baseline_mb() -> float:
-    """Peak RSS of a fresh `rltriage diagnose` of a three-line log."""
+    """Peak RSS of a fresh `rltriage diagnose` of a three-line log, as the process itself sees it
+    (VmHWM, which starts again at exec: the resource usage of a child would also count the pages it
+    had as a fork of this test process before exec)."""
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "train.log"
         log.write_text("starting\n[rltriage] stage=first_generation_started step=0\ndone\n")
-        proc = subprocess.Popen([sys.executable, "-m", "rltriage", "diagnose", str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _pid, _status_code, usage = os.wait4(proc.pid, 0)
-        proc.returncode = 0
-    return usage.ru_maxrss / 1024
+        proc = subprocess.run([sys.executable, "-c", _BASELINE, str(log)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True, timeout=120)
+    return int(proc.stderr.decode().strip().splitlines()[-1]) / 1024
 
 
 def in_child(call: Callable[[], int], *, seconds: float, stdin: bytes | Path | None = None, cwd: Path | None = None) -> Outcome:
@@ -100,7 +113,8 @@ def in_child(call: Callable[[], int], *, seconds: float, stdin: bytes | Path | N
                     code = 98
                 sys.stdout.flush()
                 sys.stderr.flush()
-                peak.write_text(str(_status()["VmHWM"] - start))
+                end = _status()
+                peak.write_text(f"{end['VmHWM'] - start} {start} {end['VmHWM']} {end['VmRSS']}")
             finally:
                 os._exit(code)
         deadline = started + seconds
@@ -115,8 +129,10 @@ def in_child(call: Callable[[], int], *, seconds: float, stdin: bytes | Path | N
             time.sleep(0.02)
         elapsed = time.monotonic() - started
         code = os.waitstatus_to_exitcode(status)
-        added = float(peak.read_text()) if peak.exists() else float("inf")
-        return Outcome(code, out.read_text(errors="replace"), err.read_text(errors="replace"), elapsed, baseline + added)
+        figures = peak.read_text().split() if peak.exists() else []
+        added = float(figures[0]) if figures else float("inf")
+        detail = f"baseline {baseline:.0f} MB + added {added:.0f} MB; child started at {figures[1] if figures else '?'} MB, peak {figures[2] if figures else '?'} MB"
+        return Outcome(code, out.read_text(errors="replace"), err.read_text(errors="replace"), elapsed, baseline + added, detail)
 
 
 def cli(args: Sequence[str], *, seconds: float = 30, stdin: bytes | Path | None = None, cwd: Path | None = None) -> Outcome:
