@@ -12,7 +12,7 @@ bound what they compute. On top of it:
   and what it returns checked after;
 - `range` gives at most MAX_SEQUENCE items and `lipsum` is gone;
 - a template or expression that can loop (`{% for %}`, macros, includes, filters and calls that
-  iterate) runs under a guard that stops it after RENDER_SECONDS or once the process's peak memory
+  iterate) runs under a guard that stops it after RENDER_SECONDS or once the process's resident memory
   has grown by RENDER_MEMORY, whatever it loops over. The others, which the checks above already
   bound (what rule tests and most fixes are), run without it: the guard is a line tracer and costs;
 - a rendered text longer than its limit is stopped while it is produced (`render_bounded`).
@@ -44,7 +44,7 @@ MAX_SEQUENCE = 10_000  # items of a list or range made while rendering
 MAX_NUMBER = 10_000  # a width, count or repeat given to a filter or string method
 MAX_INT_BITS = 4096  # integers computed while rendering
 RENDER_SECONDS = 2.0
-RENDER_MEMORY = 32 << 20  # growth of the process's peak memory one render may cause
+RENDER_MEMORY = 32 << 20  # growth of the process's resident memory one render may cause
 MAX_TEMPLATE_BYTES = 1 << 20
 
 T = TypeVar("T")
@@ -57,8 +57,17 @@ class TemplateLimit(SecurityError):
 # --- the guard: time and memory, however the template loops --------------------------------------
 
 
-def _peak_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _resident_bytes() -> int:
+    """The process's resident memory now. Not its peak (`ru_maxrss`): a long-lived process, or a
+    fork of one, may have peaked far above where it is, and a render could grow that far unseen."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
 
 
 class _Guard:
@@ -67,7 +76,7 @@ class _Guard:
     def __init__(self, seconds: float, memory: int) -> None:
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds
-        self.memory = _peak_bytes() + memory
+        self.memory = _resident_bytes() + memory
         self.events = 0
 
     def trace(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
@@ -75,7 +84,7 @@ class _Guard:
         if not self.events & 31:
             if time.monotonic() > self.deadline:
                 raise TemplateLimit(f"template took longer than {self.seconds:g} s")
-            if _peak_bytes() > self.memory:
+            if _resident_bytes() > self.memory:
                 raise TemplateLimit(f"template used more than {RENDER_MEMORY >> 20} MiB")
         return self.trace
 
@@ -83,7 +92,7 @@ class _Guard:
 @contextmanager
 def guarded(seconds: float = RENDER_SECONDS, memory: int = RENDER_MEMORY) -> Iterator[None]:
     """Run the block with a line tracer that stops it after `seconds` or `memory` bytes of growth
-    of the peak resident set. The previous tracer (a debugger, coverage) is put back afterwards."""
+    of the resident set. The previous tracer (a debugger, coverage) is put back afterwards."""
     previous = sys.gettrace()
     guard = _Guard(seconds, memory)
     sys.settrace(guard.trace)

@@ -282,3 +282,18 @@ def test_secret_in_a_folder_name_leaves_the_rest_of_the_path() -> None:
 
     assert redact_path("/runs/HF_TOKEN=hf_" + "A" * 34 + "/rank0/train.log") == "/runs/HF_TOKEN=[REDACTED]/rank0/train.log"
     assert redact_path("/runs/a/b.log") == "/runs/a/b.log"
+
+
+def test_html_excerpt_cut_does_not_split_a_secret(tmp_path: Path) -> None:
+    """The html page keeps 400 characters of each cited line and redacts them afterwards: the cut
+    must not leave the start of a token that no shape recognises any more."""
+    from rltriage.pipeline.timeline import TEXT
+
+    token = "hf_" + "H" * 36
+    log = tmp_path / "train.log"
+    for inside in (1, 3, 20):
+        pad = " " * (TEXT - inside)
+        log.write_text(f"starting\n{pad}{token} {MARKER}\nRuntimeError: {pad}{token} failed\n")
+        page = cli(["diagnose", "--format", "html", str(log)]).check(0, 30).stdout
+        assert "first_generation_started" in page  # the cited line is on the page
+        assert leaked(page, token[3:]) is None, inside
