@@ -22,10 +22,17 @@ def _surrogate(match: re.Match[str]) -> str:
     return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "?"
 
 
+# Colour and cursor sequences (CSI) and two-character escapes are dropped whole, as the text report
+# always did with colour codes, so `ESC[36m` does not become `?[36m`; any other ESC becomes `?`.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
 def printable(text: str, multiline: bool = False) -> str:
-    """`text` with control characters as `?` (newlines kept when `multiline`) and undecodable
-    file-name bytes as `\\xNN`."""
+    """`text` without colour codes, with other control characters as `?` (newlines kept when
+    `multiline`) and undecodable file-name bytes as `\\xNN`."""
     if not _UNSAFE.search(text):
         return text
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
     text = _SURROGATE.sub(_surrogate, text)
     return (_CONTROL_KEEP_NEWLINE if multiline else _CONTROL).sub("?", text)

@@ -58,14 +58,23 @@ _NAME_HINTS = ("token", "secret", "passw", "pwd", "passphrase", "credential", "k
 
 def sensitive_name(name: str) -> bool:
     """Whether a variable, config key or option name says it holds a secret: KEY, TOKEN, SECRET or
-    PASSWORD (and kin) as a whole word of it — `HF_TOKEN`, `api-key`, `AZURE_OPENAI_KEY`, `dbPassword`
-    — but not `max_tokens`, `TOKENIZERS_PARALLELISM` or a bare `key`."""
-    parts = [p for p in re.split(r"[_.\-]+", _CAMEL.sub("_", name.strip("\"'")).lower()) if p]
-    if any(p in _SENSITIVE_WORDS for p in parts):
+    PASSWORD (and kin) as a whole word of it — `HF_TOKEN`, `api-key`, `AZURE_OPENAI_KEY`, or at the
+    end of a camelCase name, `dbPassword` — but not `max_tokens`, `TOKENIZERS_PARALLELISM`,
+    `PasswordAuthentication` or a bare `key`."""
+    words = [w for w in re.split(r"[_.\-]+", name.strip("\"'")) if w]
+    if not words:
+        return False
+    parts = [w.lower() for w in words]
+    if any(p in _SENSITIVE_WORDS for p in parts) or any(pair in _SENSITIVE_PAIRS for pair in zip(parts, parts[1:], strict=False)):
         return True
-    if any(pair in _SENSITIVE_PAIRS for pair in zip(parts, parts[1:], strict=False)):
+    if len(parts) > 1 and parts[-1] in ("key", "apikey"):
         return True
-    return len(parts) > 1 and parts[-1] in ("key", "apikey")
+    # camelCase counts at the end of the name only: `dbPassword`, `apiKey`, `clientSecret` hold
+    # secrets, `PasswordAuthentication` (an ssh option, yes/no) does not.
+    camel = [c.lower() for c in _CAMEL.sub("_", words[-1]).split("_") if c]
+    if len(camel) < 2:
+        return False
+    return camel[-1] in _SENSITIVE_WORDS or tuple(camel[-2:]) in _SENSITIVE_PAIRS or camel[-1] == "key"
 
 
 # The value after a secret's name: quoted (spaces and all, to the closing quote or the end of the
