@@ -146,7 +146,8 @@ SHAPES: tuple[Shape, ...] = (
     Shape(
         "Authorization header",
         "Authorization: Bearer AbCdEf0123456789xyz",
-        re.compile(r"(?i)\bauthorization[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?(?:(?:bearer|basic|token|digest)[ \t]{1,8})?(?P<s>[^\s\"',;]+)"),
+        # A scheme, or a value that looks like a credential: `authorization: server message` is prose.
+        re.compile(r"(?i)\bauthorization[\"']?[ \t]{0,8}[:=][ \t]{0,8}[\"']?(?:(?:bearer|basic|token|digest)[ \t]{1,8}|(?=[A-Za-z0-9._~+/=\-]{16}))(?P<s>[^\s\"',;]+)"),
         ("authorization",),
     ),
     Shape(

@@ -74,9 +74,10 @@ def test_names_that_are_not_secrets_keep_their_values() -> None:
     text = (
         "max_tokens=512 TOKENIZERS_PARALLELISM=false key=value num_key_value_heads=8 --max-new-tokens 64 tokenizer: Qwen"
         " ssh -o PasswordAuthentication=no host secretName: reward-judge"
+        " pull access denied, may require authorization: server message: insufficient_scope"
     )
     assert redact(text) == text
-    for named in ("dbPassword: hunter2hunter2", "apiKey=abcdef123456", "clientSecret: abcdef123456", "AZURE_OPENAI_KEY=abcdef123456"):
+    for named in ("Authorization: AbCdEf0123456789xyz", "dbPassword: hunter2hunter2", "apiKey=abcdef123456", "clientSecret: abcdef123456", "AZURE_OPENAI_KEY=abcdef123456"):
         assert redact(named).endswith("[REDACTED]"), named
 
 
