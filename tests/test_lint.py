@@ -219,3 +219,38 @@ def test_all_problems_in_one_run(pack: Path) -> None:
 def test_where_on_a_field_no_signature_sets(pack: Path) -> None:
     path = write(pack, "rules/lab/disk_full.yaml", GOOD_RULE.replace("      as: disk\n", "      as: disk\n      where:\n        mount: /ckpt\n"))
     assert messages(pack) == [f"{path}:12:9: error[unknown-field]: no signature of this pattern sets field 'mount' (lab.disk_full)"]
+
+
+def test_collect_references_and_patterns_are_checked_with_positions(tmp_path: Path) -> None:  # noqa: D103
+    """A rule's collect entry naming an unknown catalog item, or a pattern on an unknown fact type,
+    is a knowledge-base problem at file:line:col."""
+    from rltriage.tools.lint import lint
+
+    rules = tmp_path / "rules" / "mylab"
+    rules.mkdir(parents=True)
+    (rules / "needs_evidence.yaml").write_text(
+        "id: mylab.needs_evidence\n"
+        "title: A cause that says what would confirm it\n"
+        "role: evidence\n"
+        "bucket: cluster_infra\n"
+        "source: test\n"
+        "issue: x\n"
+        "reason: y\n"
+        "when:\n"
+        "  all:\n"
+        "    - fact: run\n"
+        "then:\n"
+        "  evidence:\n"
+        "    weight: 0.1\n"
+        "fix: nothing\n"
+        "collect:\n"
+        "  - item: no_such_item\n"
+        "    confirms:\n"
+        "      - fact: no_such_fact\n"
+    )
+    problems = lint([str(tmp_path)])
+    by_code = {p.code: p for p in problems if p.path.endswith("needs_evidence.yaml")}
+    assert "unknown-collect" in by_code and "unknown-fact" in by_code
+    assert (by_code["unknown-collect"].line, by_code["unknown-collect"].col) == (16, 5)
+    assert by_code["unknown-fact"].line == 18
+    assert "no_such_fact" in by_code["unknown-fact"].message

@@ -98,23 +98,35 @@ def test_file_order_does_not_change_the_diagnosis(order: list[str]) -> None:
     assert rltriage.diagnose([str(folder / n) for n in order]).model_dump_json() == expected
 
 
-def test_one_bad_signature_cannot_stall_a_diagnosis(tmp_path: Path) -> None:
-    pack = tmp_path / "pack"
-    (pack / "signatures" / "lab").mkdir(parents=True)
-    (pack / "rules" / "lab").mkdir(parents=True)
-    (pack / "signatures" / "lab" / "slow.yaml").write_text(
-        "id: lab.slow\ntitle: a pattern that backtracks\nsource: test\npattern: 'Watchdog caught((a|aa)+)!'\n"
+def _signature_pack(folder: Path, pattern: str) -> Path:
+    (folder / "signatures" / "lab").mkdir(parents=True)
+    (folder / "rules" / "lab").mkdir(parents=True)
+    (folder / "signatures" / "lab" / "slow.yaml").write_text(
+        f"id: lab.slow\ntitle: a pattern under test\nsource: test\npattern: '{pattern}'\n"
         "examples:\n  match: ['Watchdog caught aa!']\n  no_match: ['nothing']\n"
     )
-    (pack / "rules" / "lab" / "slow.yaml").write_text(
-        "id: lab.slow\ntitle: uses the slow signature\nrole: evidence\nsource: test\nbucket: cluster_infra\nissue: x\nreason: y\n"
+    (folder / "rules" / "lab" / "slow.yaml").write_text(
+        "id: lab.slow\ntitle: uses the signature\nrole: evidence\nsource: test\nbucket: cluster_infra\nissue: x\nreason: y\n"
         "when: {all: [{hit: lab.slow}]}\nthen: {evidence: {weight: 0.5}}\nfix: nothing\n"
     )
+    return folder
+
+
+def test_one_bad_signature_cannot_stall_a_diagnosis(tmp_path: Path) -> None:
+    tame = _signature_pack(tmp_path / "tame", "Watchdog caught(a+)!")
+    slow = _signature_pack(tmp_path / "slow", "Watchdog caught((a|aa)+)!")  # backtracks 2**40 ways on the log below
     log = tmp_path / "train.log"
     log.write_text(("Watchdog caught" + "a" * 40 + "\n") * 3 + "{'loss': 0.1, 'grad_norm': 0.2, 'learning_rate': 1e-06}\n")
-    start = time.perf_counter()
-    diagnosis = rltriage.diagnose([log], rules_dirs=[pack])
-    assert time.perf_counter() - start < 10
+    # Processor time against the same diagnosis with a tame pack (loading and compiling a pack costs
+    # the same): a busy machine stretches wall time, a pattern that backtracks without bound burns
+    # processor time.
+    start = time.process_time()
+    rltriage.diagnose([log], rules_dirs=[tame])
+    baseline = time.process_time() - start
+    began, start = time.monotonic(), time.process_time()
+    diagnosis = rltriage.diagnose([log], rules_dirs=[slow])
+    assert time.process_time() - start - baseline < 5
+    assert time.monotonic() - began < 120
     assert any("signature lab.slow gave up after" in w.message for w in diagnosis.warnings)
 
 

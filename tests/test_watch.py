@@ -52,9 +52,13 @@ for i in range(300):
     time.sleep(0.2)
 '''
 
-# Slow but alive: a step every 0.7 s for ~5 s, noise in between, then the final train_runtime dict.
+# Slow but alive: once the test says "go" (the watcher is running by then), a step every 0.7 s for
+# ~5 s, noise in between, then the final train_runtime dict.
 PROGRESSING = PROLOGUE + r'''
 say(f"{stamp()} - INFO - rltriage - [rltriage] stage=reward_computed step=0")
+go = Path(sys.argv[1]).parent.parent / "go"
+while not go.exists():
+    time.sleep(0.02)
 for step in range(1, 8):
     for _ in range(3):
         say(f"{stamp()} - WARNING - __main__ - heartbeat: still alive")
@@ -129,14 +133,26 @@ def test_a_slowly_progressing_run_is_never_stalled_and_exits_0_when_it_finishes(
     run = tmp_path / "run"
     run.mkdir()
     writer = start_writer(tmp_path, PROGRESSING, run / "train.log")
+    watch = None
     try:
         wait_for(run / "train.log")
-        done, elapsed = run_watch([str(run), "--stall-after", "2", "--poll", "0.2"])
+        # The steps start only once the watcher has read the files, so a busy machine that starts
+        # the watcher late cannot turn this into a run that had finished before it was watched.
+        watch = subprocess.Popen([*WATCH, str(run), "--stall-after", "2", "--poll", "0.2"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert watch.stderr is not None
+        first = watch.stderr.readline()
+        assert "watching 1 file(s)" in first, first
+        (tmp_path / "go").touch()
+        began = time.monotonic()
+        out, err = watch.communicate(timeout=30)
+        elapsed = time.monotonic() - began
     finally:
         stop(writer)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "STALLED" not in done.stderr and done.stdout == ""
-    assert "run finished" in done.stderr and "train_runtime" in done.stderr
+        if watch is not None and watch.poll() is None:
+            stop(watch)
+    assert watch.returncode == 0, out + err
+    assert "STALLED" not in err and out == ""
+    assert "run finished" in err and "train_runtime" in err
     assert elapsed > 4  # it really followed the ~5 s of slow steps
 
 

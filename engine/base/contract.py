@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocabulary import Bucket, InputKind, PatchKind, Stage, Symptom
+from .vocabulary import Bucket, Gap, InputKind, PatchKind, Stage, Symptom
 
 SCHEMA_VERSION = 1
 
@@ -91,6 +91,22 @@ class UnexplainedLine(Out):
     evidence: Evidence
 
 
+class CollectItem(Out):
+    """A piece of evidence that would separate the top hypotheses (or fill a gap of a thin run),
+    with the exact command or setting that collects it."""
+
+    id: str
+    title: str
+    kind: PatchKind
+    command: str
+    when: str | None = None
+    score: float = Field(ge=0.0)
+    confirms: list[str] = Field(default_factory=list)  # causes the evidence would confirm
+    rules_out: list[str] = Field(default_factory=list)  # causes it would rule out
+    gaps: list[Gap] = Field(default_factory=list)
+    reason: str
+
+
 class Diagnosis(Out):
     schema_version: Literal[1] = 1
     tool: ToolInfo
@@ -106,3 +122,56 @@ class Diagnosis(Out):
     unexplained: list[UnexplainedLine] = Field(default_factory=list)
     suppressed: list[Suppressed] = Field(default_factory=list)
     warnings: list[Warning_] = Field(default_factory=list)
+    # What to collect next: set when the top causes are close or the evidence is thin.
+    collect: list[CollectItem] = Field(default_factory=list)
+    collect_reasons: list[str] = Field(default_factory=list)
+
+
+# --- `rltriage diff GOOD BAD` ----------------------------------------------------------------------
+
+
+class Divergence(Out):
+    """Where the broken run's boundary parts from the healthy run's: the first stage the healthy run
+    passed and the broken one never did."""
+
+    stage: Stage | None = None
+    good_last: Stage | None = None
+    bad_last: Stage | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class Change(Out):
+    """A value that differs between the healthy and the broken run."""
+
+    kind: Literal["package", "system", "kernel", "env", "config"]
+    name: str
+    good: str | None = None
+    bad: str | None = None
+    good_at: str | None = None  # path:line in the healthy run
+    bad_at: str | None = None
+    # The knowledge base's contracts on a changed config key: "rule: broken" / "rule: holds".
+    contracts: list[str] = Field(default_factory=list)
+    # Causes of the broken run whose rule reads this value.
+    causes: list[str] = Field(default_factory=list)
+
+
+class RerankedCause(Out):
+    rule: str
+    bucket: Bucket
+    title: str
+    score: float = Field(ge=0.0, le=1.0)  # after re-ranking by what changed
+    diagnosis_score: float = Field(ge=0.0, le=1.0)  # in the broken run's own diagnosis
+    reads: list[str] = Field(default_factory=list)  # changed values the rule reads ("package vllm")
+
+
+class RunDiff(Out):
+    schema_version: Literal[1] = 1
+    tool: ToolInfo
+    good: list[InputSummary]
+    bad: list[InputSummary]
+    divergence: Divergence
+    changes: list[Change] = Field(default_factory=list)
+    # Failure-looking line templates (numbers, ids, paths masked) found only in the broken run.
+    new_lines: list[UnexplainedLine] = Field(default_factory=list)
+    causes: list[RerankedCause] = Field(default_factory=list)
+    diagnosis: Diagnosis  # the broken run's own diagnosis

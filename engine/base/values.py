@@ -62,9 +62,36 @@ def convert(text: str | None, kind: ValueType) -> Any:
         if kind is ValueType.duration:
             duration = parse_duration(text)
             return duration if duration is not None else text
+        if kind is ValueType.env:
+            return env_pairs(text)
     except ValueError:
         return text
     return text.strip() if kind is ValueType.version else text
+
+
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_ENV_QUOTED = re.compile(r"""(?P<q>['"])(?P<name>""" + _ENV_NAME + r""")(?P=q)\s*:\s*(?:(?P<q2>['"])(?P<value>.*?)(?P=q2)|(?P<bare>[^,}\s]+))""")
+_ENV_ASSIGN = re.compile(r"""(?:^|(?<=[\s;]))(?:export\s+)?(?P<name>[A-Z_][A-Z0-9_]*)=(?:(?P<q>['"])(?P<quoted>.*?)(?P=q)|(?P<value>\S*))""")
+_ENV_SET_TO = re.compile(r"(?P<name>[A-Z_][A-Z0-9_]*) set (?:by environment )?to (?P<value>\S+)")
+
+
+def env_pairs(text: str) -> dict[str, str]:
+    """Environment variables written in a line: a printed dict (`environ({'A': 'x'})`,
+    `'env_vars': {...}`), `A=x B=y` / `export A=x`, or NCCL's `A set by environment to x`."""
+    pairs: dict[str, str] = {}
+    if ":" in text and ("'" in text or '"' in text):
+        for match in _ENV_QUOTED.finditer(text):
+            value = match.group("value") if match.group("value") is not None else match.group("bare")
+            pairs.setdefault(match.group("name"), value)
+        if pairs:
+            return pairs
+    set_to = _ENV_SET_TO.search(text)
+    if set_to:
+        return {set_to.group("name"): set_to.group("value")}
+    for assign in _ENV_ASSIGN.finditer(text):
+        value = assign.group("quoted") if assign.group("quoted") is not None else assign.group("value")
+        pairs.setdefault(assign.group("name"), value)
+    return pairs
 
 
 def human_size(value: Any) -> str:

@@ -109,6 +109,9 @@ class ValueType(str, Enum):
     size = "size"
     version = "version"
     duration = "duration"
+    # `KEY=value` pairs, a printed `os.environ` / `env_vars` dict, or `KEY set by environment to
+    # value`: the pipeline turns each pair into an `env` fact (the hit keeps the mapping).
+    env = "env"
 
 
 class PatchKind(str, Enum):
@@ -150,6 +153,31 @@ NEXT_STAGE: dict[Stage, Stage | None] = {
 STAGE_ORDER: dict[Stage, int] = {stage: index for index, stage in enumerate(Stage, start=1)}
 
 
+# Gaps in a run's evidence that make a diagnosis thin; catalog items of evidence to collect say
+# which gap they fill (`gap:`), and the report lists them under "What to collect next".
+class Gap(str, Enum):
+    single_input = "single_input"  # one log file and nothing else
+    no_stage_proof = "no_stage_proof"  # no stage was proven, so the boundary is unknown
+    generic_cause = "generic_cause"  # the top cause was concluded from a failure's shape only
+    no_env_report = "no_env_report"  # no pip freeze / collect_env / package versions
+    no_rank_logs = "no_rank_logs"  # a failure names a rank whose own log is not among the inputs
+    no_worker_logs = "no_worker_logs"  # a Ray driver log without the workers' .err files
+    no_stacks = "no_stacks"  # a hang without a stack dump
+    no_config = "no_config"  # no config values were found
+
+
+GAP_TEXT: dict[Gap, str] = {
+    Gap.single_input: "a single input file",
+    Gap.no_stage_proof: "no stage was proven (the boundary is unknown)",
+    Gap.generic_cause: "the top cause is concluded from the failure's shape alone",
+    Gap.no_env_report: "no environment report (pip freeze / collect_env)",
+    Gap.no_rank_logs: "a failure names a rank whose log is not among the inputs",
+    Gap.no_worker_logs: "a Ray driver log without the workers' .err files",
+    Gap.no_stacks: "a hang without a stack dump",
+    Gap.no_config: "no config values were found",
+}
+
+
 # Fact types the pipeline asserts before any rule runs, with the fields they always carry.
 BASE_FACTS: dict[str, tuple[str, ...]] = {
     "hit": ("signature", "path", "kind", "count", "line", "text", "rank", "ranks", "timestamp"),
@@ -158,6 +186,13 @@ BASE_FACTS: dict[str, tuple[str, ...]] = {
     "config": ("key", "name", "value", "path", "line", "source"),
     "package": ("name", "version", "path", "line"),
     "kernel": ("version", "path", "line"),
+    # An environment variable the run had: from `env` / `printenv` output, an `os.environ` dict or
+    # Ray's `runtime_env` printed in a log, `export` lines, NCCL's "set by environment" echoes.
+    "env": ("name", "value", "path", "line", "source"),
+    # A fact about the host other than the kernel: `driver` (NVIDIA driver), `cuda_runtime`,
+    # `cuda_build` (CUDA torch was built with), `gpu`, `os`, `python`, `glibc`, from collect_env,
+    # nvidia-smi headers and log banners.
+    "system": ("name", "value", "path", "line"),
     "input": ("path", "kind", "lines"),
     "stage_def": ("name", "order", "next"),
     "stack": ("path", "process", "thread", "main", "kind", "top", "depth", "line", "stack"),

@@ -25,6 +25,7 @@ SNIFF_BYTES = 8192
 MAX_PARSED_FILE = 16 * 1024 * 1024  # configs and environment reports are read whole
 
 _PIP_LINE = re.compile(rb"^[A-Za-z0-9][A-Za-z0-9_.\-]*(?:\[[^\]]*\])?\s*(?:==|===|@)\s*\S+\s*$")
+_ENV_LINE = re.compile(rb"^(?:export\s+)?[A-Z_][A-Z0-9_]*=")
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?\d+", re.IGNORECASE)
 
 
@@ -357,6 +358,11 @@ def classify(source: Source, head: bytes) -> InputKind:
         return InputKind.env_report
     lines = [line for line in head.splitlines()[:50] if line.strip() and not line.startswith(b"#")]
     if lines and sum(1 for line in lines if _PIP_LINE.match(line)) >= max(2, int(len(lines) * 0.6)):
+        return InputKind.env_report
+    # `env` / `printenv` output, and nvidia-smi's table: facts about the environment, not a log.
+    if lines and sum(1 for line in lines if _ENV_LINE.match(line)) >= max(3, int(len(lines) * 0.8)):
+        return InputKind.env_report
+    if "NVIDIA-SMI " in text and "Driver Version:" in text and not re.search(r"Traceback|Error", text):
         return InputKind.env_report
     if suffix in CONFIG_SUFFIXES and not re.search(r"^\S*(?:INFO|WARNING|ERROR)\b", text, re.M):
         return InputKind.config

@@ -13,11 +13,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .normalize import ANSI, REPEATED
+from .normalize import ANSI, BARE_SGR, REPEATED
 from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
+_STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 _HEADERS = (
     # Ray's remote-output prefixes, old and new style: `(WorkerDict pid=1, ip=h) `, `[Engine pid=1] `,
     # and vLLM's worker prefixes `(VllmWorker rank=1 pid=4888) `.
@@ -29,6 +30,18 @@ _HEADERS = (
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+:\d+\] ?"),
     # glog / abseil / torch C++: `E0418 15:55:06.123456 1234 file.cc:12] `.
     re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+ [\w./\-]+:\d+\] ?"),
+    # Collectors that stamp every line: `kubectl logs --timestamps` (RFC 3339), log exports and
+    # `ts`-style wrappers (`2024-05-01 10:00:00,123 `, `[2024-05-01T10:00:00Z] `).
+    re.compile(rf"^(?:\[{_STAMP}\]|{_STAMP})(?: |\t|$)"),
+    # Launchers that label every line with its task: `srun --label` (`3: `), Open MPI
+    # `--tag-output` (`[1,3]<stderr>:`), pdsh / the DeepSpeed launcher (`10.0.0.1: `, `node-07: `),
+    # docker compose (`trainer-1  | `).
+    re.compile(r"^\s{0,4}(?P<task>\d{1,5}): "),
+    re.compile(r"^\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>: ?"),
+    re.compile(r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*\d): "),
+    re.compile(r"^(?P<service>[A-Za-z][\w.-]*-\d+)\s+\| "),
+    # A paste quoted in a Markdown reply.
+    re.compile(r"^> ?(?!>)"),
 )
 # Headers that start a new log record: a continuation of an exception message never carries one.
 _RECORD_START = re.compile(
@@ -36,13 +49,15 @@ _RECORD_START = re.compile(
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)[:\s]|\S+\.py:\d+: \w*Warning:)"
 )
 # NCCL's result line under a DistBackendError: part of its message, not a failure of its own.
+# The type given to a traceback cut before its exception line.
+CUT_TYPE = "(exception line missing)"
 NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*: ")
 
 
 def strip_headers(raw: str) -> tuple[str, str | None]:
     """The line without colour codes and launcher/logger headers (indentation kept), and the process
     the headers named."""
-    text = REPEATED.sub("", ANSI.sub("", raw.rstrip("\r\n")))
+    text = REPEATED.sub("", BARE_SGR.sub("", ANSI.sub("", raw.rstrip("\r\n"))))
     process: str | None = None
     for _ in range(6):
         for pattern in _HEADERS:
@@ -51,11 +66,15 @@ def strip_headers(raw: str) -> tuple[str, str | None]:
                 continue
             groups = match.groupdict()
             if process is None:
-                rank = groups.get("rank") or groups.get("local") or groups.get("arank")
+                rank = groups.get("rank") or groups.get("local") or groups.get("arank") or groups.get("mpi")
                 if rank:
                     process = f"rank{rank}"
                 elif groups.get("pid"):
                     process = f"{groups.get('actor') or 'pid'} pid={groups['pid']}"
+                elif groups.get("task"):
+                    process = f"task{groups['task']}"
+                elif groups.get("host") or groups.get("service"):
+                    process = groups.get("host") or groups.get("service")
             text = text[match.end():]
             break
         else:
@@ -80,15 +99,17 @@ IPY_CELL = re.compile(r"^\s*Cell In ?\[\d+\], line (?P<line>\d+)")
 IPY_ARROW = re.compile(r"^\s*-+> ?\d+\s(?P<code>.*)$")
 IPY_CONTEXT = re.compile(r"^\s+(?:\d+|\(\.\.\.\))\s")
 CARETS = re.compile(r"^\s*[\^~]+\s*$")
+# Exception lines typed or pasted through an input method that writes the full-width colon (U+FF1A)
+# are read like `RuntimeError: …`.
 _TYPE = r"[A-Za-z_]\w*?(?:Error|Exception|Exit|Interrupt|Fault|Failure|TimeoutExpired|TooLarge|Unavailable|NotFound)\w*"
 EXCEPTION = re.compile(
     r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<type>" + _TYPE + r"|Exception|StopIteration|StopAsyncIteration))"
-    r"(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?::[ \t]?(?P<message>.*?))?\s*$"
+    r"(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?:[:：][ \t]?(?P<message>.*?))?\s*$"
 )
 # What ends a traceback, in Python's own grammar: `qualified.name` or `qualified.name: message`.
-TRACEBACK_END = re.compile(r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?::[ \t]?(?P<message>.*?))?\s*$")
+TRACEBACK_END = re.compile(r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?:[:：][ \t]?(?P<message>.*?))?\s*$")
 # An exception line pasted without its traceback, named by its module: `pyarrow.lib.ArrowInvalid: …`.
-DOTTED_EXCEPTION = re.compile(r"^(?P<qual>(?:[a-z_]\w*\.)+(?P<type>[A-Z]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?:[ \t](?P<message>.+?)\s*$")
+DOTTED_EXCEPTION = re.compile(r"^(?P<qual>(?:[a-z_]\w*\.)+(?P<type>[A-Z]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?::[ \t]|：[ \t]?)(?P<message>.+?)\s*$")
 INLINE_EXCEPTION = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?: ")
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"^\s*what\(\):\s*(?P<message>.*)$")
@@ -283,11 +304,13 @@ class _Line:
     gap: bool = False  # lines were left out before this one (between captured windows)
 
 
-def parse_failures(lines: Sequence[tuple[int, str]]) -> list[ParsedFailure]:
+def parse_failures(lines: Sequence[tuple[int, str]], end: int | None = None) -> list[ParsedFailure]:
     """Every failure in numbered raw lines, ascending, possibly with gaps between captured windows.
 
     Lines that name their process (`[rank3]:`, Ray's `(Worker pid=…)`) are read as one stream per
-    process, so tracebacks that several ranks print at once, interleaved, stay apart.
+    process, so tracebacks that several ranks print at once, interleaved, stay apart. `end` is the
+    input's last line number: a traceback still open there was cut before its exception line (a
+    paste that stops short), and is reported as such rather than lost.
     """
     streams: dict[str | None, list[_Line]] = {}
     gap_since: dict[str | None, bool] = {}
@@ -307,8 +330,11 @@ def parse_failures(lines: Sequence[tuple[int, str]]) -> list[ParsedFailure]:
             stream.extend(_Line(number, raw, piece, process, gap and i == 0) for i, piece in enumerate(pieces))
     failures: list[ParsedFailure] = []
     chains = 0
+    # Only the stream that prints the input's last words can have been cut by the input's end.
+    last_words = max((number for number, raw in lines if raw.strip()), default=0)
+    cut_at = last_words if end is not None and end - last_words <= 2 else None
     for process in sorted(streams, key=lambda p: (p is not None, p or "")):
-        found = _Parser(streams[process]).run()
+        found = _Parser(streams[process], cut_at).run()
         for failure in found:
             failure.chain += chains
         chains = max((f.chain for f in failures + found), default=chains)
@@ -320,8 +346,9 @@ def parse_failures(lines: Sequence[tuple[int, str]]) -> list[ParsedFailure]:
 class _Parser:
     """One pass over the lines; a traceback's frames wait for the exception line that ends it."""
 
-    def __init__(self, lines: list[_Line]) -> None:
+    def __init__(self, lines: list[_Line], cut_at: int | None = None) -> None:
         self.lines = lines
+        self.cut_at = cut_at  # the input's last non-blank line, when the input ends there
         self.failures: list[ParsedFailure] = []
         self.frames: list[TraceFrame] = []
         self.context: list[tuple[int, str]] = []  # indented source lines seen outside any frame
@@ -338,7 +365,32 @@ class _Parser:
                 self._close()  # a gap between captured windows ends whatever was open
                 self.context = []
             i = self._step(i)
+        self._cut_at_end()
         return self.failures
+
+    def _cut_at_end(self) -> None:
+        """A traceback whose frames run to the end of the input: its exception line was cut off."""
+        if self.cut_at is None or not self.open or not self.frames or self.stale or len(self.failures) >= MAX_FAILURES:
+            return
+        last = next(line for line in reversed(self.lines) if line.raw.strip())
+        if last.number != self.cut_at:
+            return  # another process printed after it, or a window ended, not the input
+        previous = self.failures[-1] if self.failures else None
+        if self.link is not None and previous is not None and previous.chain == self.chain:
+            return  # the chain's exception was printed; the cut part only re-raises it
+        innermost = self.frames[-1]
+        self.failures.append(ParsedFailure(
+            kind="exception",
+            type=CUT_TYPE,
+            qualname=CUT_TYPE,
+            message="the traceback ends without its exception line (the input was cut)",
+            line=innermost.log_line,
+            text=innermost.log_text,
+            process=last.process,
+            frames=list(self.frames),
+            chain=self.chain,
+            ignored=self.ignored,
+        ))
 
     def _close(self) -> None:
         self.frames, self.open, self.link, self.ignored = [], False, None, False

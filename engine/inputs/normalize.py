@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# Colour codes whose ESC byte was lost when the log was copied from a terminal or a web page, as
+# Ray's prefixes show them (`[36m(TaskRunner pid=2155)[0m Traceback …`): only at the line's start or
+# right after a closing bracket, so `[10m]` in a message stays.
+BARE_SGR = re.compile(r"(?:^|(?<=[)\]]))\[\d{1,3}(?:;\d{1,3})*m")
 # Ray's prefix of remote output: `(WorkerDict pid=1234, ip=10.0.0.1) `, `(raylet) `, `(autoscaler +2m3s) `.
 RAY_PREFIX = re.compile(
     r"^\((?P<actor>[A-Za-z_][\w.:<>\-]*)?(?:,? ?pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?"
@@ -99,7 +103,7 @@ def segments(line: str) -> list[Segment]:
         parts = [parts[0], *middle, *parts[-2:]]
     out = []
     for part in parts:
-        raw = ANSI.sub("", part)
+        raw = BARE_SGR.sub("", ANSI.sub("", part))
         repeat = 1
         match = REPEATED.search(raw)
         text = raw

@@ -104,6 +104,40 @@ def _refs(constraint: Any) -> Iterator[str]:
             yield value[1:]
 
 
+def _pattern_problems(
+    kb: KnowledgeBase, origin: Origin, loc: tuple[Any, ...], pattern: Any, known_types: set[str], what: str
+) -> Iterator[Problem]:
+    if pattern.fact not in known_types:
+        line, col = origin.at(*loc)
+        yield Problem(origin.display, line, col, "unknown-fact", f"{what} is a pattern on fact type '{pattern.fact}', which no signature, pipeline stage or rule produces")
+    for sig_id in pattern.signature_ids():
+        if sig_id not in kb.signatures:
+            line, col = origin.at(*loc)
+            yield Problem(origin.display, line, col, "unknown-signature", f"{what} refers to unknown signature '{sig_id}'")
+    for field_name, constraint in pattern.where.items():
+        for ref in _refs(constraint):
+            line, col = origin.at(*loc, "where", field_name)
+            yield Problem(origin.display, line, col, "unknown-alias", f"'${ref}': {what} patterns stand alone and cannot refer to other facts")
+
+
+def _collect_problems(kb: KnowledgeBase, known_types: set[str]) -> Iterator[Problem]:
+    """Rules' `collect` entries name catalog items that exist, with patterns on fact types that exist;
+    catalog items' `collected_when` patterns too."""
+    for loaded in kb.rules:
+        origin = loaded.origin
+        for index, entry in enumerate(loaded.model.collect):
+            if entry.item not in kb.catalog:
+                line, col = origin.at("collect", index, "item")
+                known = ", ".join(sorted(kb.catalog)) or "none"
+                yield Problem(origin.display, line, col, "unknown-collect", f"collect names unknown catalog item '{entry.item}' (known: {known})")
+            for section in ("confirms", "rules_out"):
+                for p_index, pattern in enumerate(getattr(entry, section)):
+                    yield from _pattern_problems(kb, origin, ("collect", index, section, p_index), pattern, known_types, f"collect.{section}")
+    for item in kb.catalog.values():
+        for p_index, pattern in enumerate(item.model.collected_when):
+            yield from _pattern_problems(kb, item.origin, ("collected_when", p_index), pattern, known_types, "collected_when")
+
+
 @check("load")
 def check_references(kb: KnowledgeBase) -> list[Problem]:
     """Fact types, signatures, aliases, causes and templates a rule names must exist."""
@@ -114,6 +148,7 @@ def check_references(kb: KnowledgeBase) -> list[Problem]:
     problems: list[Problem] = []
     for loaded in kb.rules:
         problems.extend(_rule_problems(kb, loaded, known_types, cause_ids))
+    problems.extend(_collect_problems(kb, known_types))
     return problems
 
 

@@ -118,6 +118,12 @@ def _compile_pattern(pattern: Pattern, default_alias: str, rule_id: str, where: 
     return CompiledPattern(pattern.fact, pattern.alias or default_alias, tuple(checks), pattern)
 
 
+def compile_pattern(pattern: Pattern, alias: str = "_", name: str = "", where: str = "") -> CompiledPattern:
+    """One pattern on its own (a `collect` entry's or a catalog item's), for matching single facts;
+    its `matches:` patterns are compiled under the same bounds as a rule's (PatternError)."""
+    return _compile_pattern(pattern, pattern.alias or alias, name, where)
+
+
 def rule_patterns(rule: Rule, where: str = "") -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
     """The rule's patterns compiled; PatternError for a `matches:` pattern that may not be used
     (loading reports it where it is written: `matches_problems`)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .models import Rule, Signature
+from .models import CatalogItem, Rule, Signature
 from .yamlio import load_yaml, position
 
 T = TypeVar("T")
@@ -61,6 +61,18 @@ class LoadedRule:
         return self.model.id
 
 
+@dataclass(frozen=True)
+class LoadedItem:
+    """A catalog item of evidence to collect (`collect/<id>.yaml`)."""
+
+    model: CatalogItem
+    origin: Origin
+
+    @property
+    def id(self) -> str:
+        return self.model.id
+
+
 class Cache:
     """What is built from one knowledge base, kept with it: bounded, and gone with the knowledge base."""
 
@@ -92,6 +104,8 @@ class KnowledgeBase:
     packs: tuple[Path, ...]
     program: Any = field(repr=False, compare=False, default=None)
     cache: Cache = field(repr=False, compare=False, default_factory=Cache)
+    # The catalog of evidence to collect, by id (`collect/<id>.yaml`).
+    catalog: dict[str, LoadedItem] = field(repr=False, compare=False, default_factory=dict)
 
     def rule(self, rule_id: str) -> LoadedRule | None:
         for loaded in self.rules:

@@ -21,14 +21,16 @@ from ..base.values import plain
 from ..base.vocabulary import BASE_FACTS
 from . import checks
 from .compile import compile_program
-from .knowledge import CompiledSignature, KnowledgeBase, LoadedRule, Origin
+from .knowledge import CompiledSignature, KnowledgeBase, LoadedItem, LoadedRule, Origin
 from .literals import is_case_insensitive, required_literals
-from .models import Rule, Signature
+from .models import CatalogItem, Rule, Signature
 from .regexes import PatternError, compile_bounded
 from .sandbox import template_file_problem
 from .yamlio import load_yaml, validation_problems
 
-PACK_FOLDERS = ("signatures", "rules", "templates", "fixtures")
+PACK_FOLDERS = ("signatures", "rules", "collect", "templates", "fixtures")
+# Folders of YAML files, one item each, and the model each file holds.
+YAML_FOLDERS: dict[str, type[BaseModel]] = {"signatures": Signature, "rules": Rule, "collect": CatalogItem}
 
 
 
@@ -67,6 +69,9 @@ def _yaml_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and (p.is_file() or p.is_symlink()))
 
 
+_KIND_OF_FILE = {"signatures": "signature", "rules": "rule", "collect": "collect", "templates": "template"}
+
+
 def pack_file_problems(packs: list[Path]) -> list[Problem]:
     """Files of a pack that point out of it: a symbolic link to `/etc/passwd` must not become a
     rule, a template or a fixture's text; FIFOs and devices are never opened."""
@@ -74,7 +79,7 @@ def pack_file_problems(packs: list[Path]) -> list[Problem]:
     for pack in packs:
         if pack == builtin_pack():
             continue  # installed with the code, not written by a stranger
-        for folder in PACK_FOLDERS[:3]:
+        for folder in PACK_FOLDERS[:4]:  # signatures, rules, collect, templates
             base = pack / folder
             if not base.is_dir():
                 continue
@@ -85,7 +90,7 @@ def pack_file_problems(packs: list[Path]) -> list[Problem]:
                 else:
                     problem = template_file_problem(str(base), str(path))
                 if problem is not None:
-                    problems.append(Problem(_display(path), 1, 1, "pack-file", f"{folder[:-1]} file is {problem}"))
+                    problems.append(Problem(_display(path), 1, 1, "pack-file", f"{_KIND_OF_FILE[folder]} file is {problem}"))
     return problems
 
 
@@ -143,7 +148,7 @@ def _stamp(pack: Path) -> str:
     file changed in place with an older time (a checkout, `cp -p`, an archive unpacked), added or
     removed changes it, so a changed pack replaces its cached knowledge base."""
     digest = hashlib.sha256()
-    for folder in PACK_FOLDERS[:3]:
+    for folder in PACK_FOLDERS[:4]:
         base = pack / folder
         if base.is_dir():
             for p in sorted(base.rglob("*")):
@@ -187,7 +192,7 @@ def _cache_dir() -> Path | None:
 
 
 def _files(packs: list[Path]) -> list[tuple[str, Path, Path]]:
-    return [(kind, pack / kind, path) for pack in packs for kind in ("signatures", "rules") for path in _yaml_files(pack / kind)]
+    return [(kind, pack / kind, path) for pack in packs for kind in YAML_FOLDERS for path in _yaml_files(pack / kind)]
 
 
 def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
@@ -216,15 +221,14 @@ def _parse_pack(pack: Path, problems: list[Problem]) -> list[tuple[str, Path, Pa
             stored = json.loads(cache.read_text(encoding="utf-8"))
             entries = []
             for (kind, folder, path), item in zip(files, stored, strict=True):
-                model_type = Signature if kind == "signatures" else Rule
-                entries.append((kind, folder, path, model_type.model_validate(item), Origin(path, _display(path))))
+                entries.append((kind, folder, path, YAML_FOLDERS[kind].model_validate(item), Origin(path, _display(path))))
             return entries
         except (OSError, ValueError, TypeError):
             pass  # a stale or damaged cache is just rebuilt
     entries = []
     found: list[Problem] = []
     for kind, folder, path in files:
-        parsed = _parse(path, Signature if kind == "signatures" else Rule, found)
+        parsed = _parse(path, YAML_FOLDERS[kind], found)
         if parsed is not None:
             entries.append((kind, folder, path, parsed[0], parsed[1]))
     problems.extend(found)
@@ -246,9 +250,17 @@ def _load(packs: list[Path]) -> KnowledgeBase:
         raise KnowledgeBaseError(problems)
     signatures: dict[str, CompiledSignature] = {}
     rules: dict[str, LoadedRule] = {}
+    catalog: dict[str, LoadedItem] = {}
     entries = _parse_all(packs, problems)
     for kind, folder, path, model, origin in entries:
-        if kind == "signatures":
+        if kind == "collect":
+            checks.check_id(model.id, expected_id(folder, path), origin, problems)
+            if model.id in catalog:
+                line, col = origin.at("id")
+                problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{model.id}' is already defined in {catalog[model.id].origin.display}"))
+                continue
+            catalog[model.id] = LoadedItem(model, origin)
+        elif kind == "signatures":
             sig = model
             checks.check_id(sig.id, expected_id(folder, path), origin, problems)
             if sig.id in signatures:
@@ -271,11 +283,11 @@ def _load(packs: list[Path]) -> KnowledgeBase:
     template_dirs = tuple(p / "templates" for p in reversed(packs) if (p / "templates").is_dir())
     fixture_dirs = tuple(p / "fixtures" for p in packs if (p / "fixtures").is_dir())
     ordered_rules = tuple(sorted(rules.values(), key=lambda r: r.id))
-    kb = KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs))
+    kb = KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs), catalog=catalog)
     problems.extend(checks.run_checks(kb, "load"))
     program = None
     if not problems:
         program = compile_program(kb, problems)
     if problems:
         raise KnowledgeBaseError(problems)
-    return KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs), program)
+    return KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs), program, catalog=catalog)

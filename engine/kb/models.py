@@ -12,7 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..base.vocabulary import Bucket, InputKind, PatchKind, Role, Stage, Status, Symptom, ValueType
+from ..base.vocabulary import Bucket, Gap, InputKind, PatchKind, Role, Stage, Status, Symptom, ValueType
 
 ID_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
 ALIAS_PATTERN = r"^[a-z][a-z0-9_]*$"
@@ -48,7 +48,8 @@ Constraint = Union[Operators, list[Scalar], Scalar]
 
 
 class Pattern(Strict):
-    """One fact the rule needs. Shorthands: `hit: ID`, `stage: NAME`, `config: KEY`, `package: NAME`."""
+    """One fact the rule needs. Shorthands: `hit: ID`, `stage: NAME`, `config: KEY`, `package: NAME`,
+    `env: NAME`, `system: NAME`."""
 
     fact: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     alias: str | None = Field(default=None, alias="as", pattern=ALIAS_PATTERN)
@@ -59,7 +60,7 @@ class Pattern(Strict):
     def _expand_shorthand(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        shorthands = {"hit": "signature", "stage": "name", "config": "key", "package": "name"}
+        shorthands = {"hit": "signature", "stage": "name", "config": "key", "package": "name", "env": "name", "system": "name"}
         present = [key for key in shorthands if key in data]
         if not present:
             return data
@@ -187,6 +188,41 @@ class Signature(Strict):
     examples: SignatureExamples
 
 
+CATALOG_ID_PATTERN = r"^[a-z][a-z0-9_]*$"
+
+
+class CollectEntry(Strict):
+    """A piece of evidence that would confirm or rule out the rule's cause, and the catalog item
+    (`collect/<item>.yaml`) that collects it. `confirms` and `rules_out` are patterns in the rule
+    language: the facts the collected evidence would give if the cause is (or is not) the one."""
+
+    item: str = Field(pattern=CATALOG_ID_PATTERN)
+    confirms: list[Pattern] = Field(default_factory=list)
+    rules_out: list[Pattern] = Field(default_factory=list)
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _says_something(self) -> CollectEntry:
+        if not self.confirms and not self.rules_out:
+            raise ValueError("a collect entry needs confirms or rules_out")
+        return self
+
+
+class CatalogItem(Strict):
+    """One way of collecting evidence, defined once (`collect/<id>.yaml`) and named by rules."""
+
+    id: str = Field(pattern=CATALOG_ID_PATTERN)
+    title: str = Field(min_length=3)
+    kind: PatchKind
+    # Jinja (sandboxed) with what the run's logs name: pids, ips, ranks, pods, nodes, workers, configs.
+    command: str = Field(min_length=3)
+    when: str | None = None  # when to run it (e.g. "during the stall, while the processes are alive")
+    gap: Gap | None = None  # the gap in the evidence this item fills, for thin-evidence runs
+    # The item is already in the inputs when one of these matches (a stack dump, a package fact…).
+    collected_when: list[Pattern] = Field(default_factory=list)
+    cost: int = Field(default=1, ge=1, le=3)  # 1 a command, 2 a rerun with a setting, 3 a rerun with instrumentation
+
+
 class Rule(Strict):
     id: str = Field(pattern=ID_PATTERN)
     title: str = Field(min_length=3)
@@ -206,6 +242,8 @@ class Rule(Strict):
     fix_template: str | None = None
     patch_plan: list[PatchStep] = Field(default_factory=list)
     verify: list[str] = Field(default_factory=list)
+    # What would confirm or rule out this cause, and how to collect it ("What to collect next").
+    collect: list[CollectEntry] = Field(default_factory=list)
     when: Condition
     then: Then
 
@@ -242,3 +280,6 @@ class FixtureExpectation(Strict):
     not_fires: list[str] = Field(default_factory=list)
     report_contains: list[str] = Field(default_factory=list)
     mode: Literal["diagnose", "preflight"] = "diagnose"
+    # Catalog ids that "What to collect next" must list (collect_first: the one it must list first).
+    collect: list[str] = Field(default_factory=list)
+    collect_first: str | None = None

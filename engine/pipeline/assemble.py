@@ -9,6 +9,7 @@ from .._version import __version__
 from ..base.contract import (
     Boundary,
     Cause,
+    CollectItem,
     Diagnosis,
     Evidence,
     Failure,
@@ -23,6 +24,7 @@ from ..infer.fact import Fact
 from ..infer.results import Inference
 from ..inputs.discover import Warning
 from ..kb.knowledge import KnowledgeBase
+from .collect import Plan, plan
 from .rank import RankedCause, Ranking
 from .reduction import SMOKE_REDUCTION
 from .render import ConfigView, render_fix, render_string, template_context
@@ -226,6 +228,24 @@ def _explained_lines(kb: KnowledgeBase, ranking: Ranking, scans: list[FileScan])
     return lines
 
 
+def collect_items(evidence_plan: Plan) -> list[CollectItem]:
+    return [
+        CollectItem(
+            id=choice.item.id,
+            title=choice.item.model.title,
+            kind=choice.item.model.kind,
+            command=choice.command,
+            when=choice.when,
+            score=choice.score,
+            confirms=sorted({o.rule for o in choice.outcomes if o.polarity == "confirms"}),
+            rules_out=sorted({o.rule for o in choice.outcomes if o.polarity == "rules_out"}),
+            gaps=choice.gaps,
+            reason=choice.reason,
+        )
+        for choice in evidence_plan.chosen
+    ]
+
+
 def build_diagnosis(
     kb: KnowledgeBase, scans: list[FileScan], inference: Inference, ranking: Ranking, warnings: list[Warning], mode: str = "diagnose"
 ) -> Diagnosis:
@@ -251,6 +271,7 @@ def build_diagnosis(
     smoke = smoke_test_plan(facts) if ranking.symptom in (Symptom.hang, Symptom.slow) else []
     inputs = [InputSummary(path=s.path, kind=s.kind, lines=s.lines) for s in scans]
     unexplained = unexplained_lines(scans, _explained_lines(kb, ranking, scans))
+    evidence_plan = plan(kb, inference, ranking, scans, mode)
     return Diagnosis(
         tool=ToolInfo(version=__version__),
         mode="preflight" if preflight else "diagnose",
@@ -265,4 +286,6 @@ def build_diagnosis(
         unexplained=unexplained,
         suppressed=ranking.suppressed,
         warnings=[Warning_(path=w.path, message=w.message) for w in warnings],
+        collect=collect_items(evidence_plan),
+        collect_reasons=evidence_plan.reasons if evidence_plan.shown else [],
     )

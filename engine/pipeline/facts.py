@@ -24,6 +24,18 @@ _PIP = re.compile(r"^(?:\[(?:pip\d?|conda)\]\s+)?(?P<name>[A-Za-z0-9][A-Za-z0-9_
 _TORCH = re.compile(r"^PyTorch version:\s*(?P<version>\S+)")
 _PLATFORM = re.compile(r"^Python platform:\s*Linux-(?P<kernel>\d+\.\d+[\w.\-]*?)-(?:x86_64|aarch64|ppc64le)")
 _UNAME = re.compile(r"^Linux \S+ (?P<kernel>\d+\.\d+\.\d+[\w.\-]*) #")
+_SYSTEM = (
+    ("driver", re.compile(r"^(?:Nvidia driver version|NVIDIA driver version|Driver Version)\s*:\s*(?P<value>\d+\.\d+(?:\.\d+)?)")),
+    ("cuda_runtime", re.compile(r"^CUDA runtime version\s*:\s*(?P<value>\d+\.\d+(?:\.\d+)?)")),
+    ("cuda_build", re.compile(r"^CUDA used to build PyTorch\s*:\s*(?P<value>\d+\.\d+(?:\.\d+)?)")),
+    ("os", re.compile(r"^OS\s*:\s*(?P<value>.+?)\s*$")),
+    ("python", re.compile(r"^Python version\s*:\s*(?P<value>\d+\.\d+\.\d+)")),
+    ("gpu", re.compile(r"^(?:GPU models and configuration\s*:\s*)?GPU 0\s*:\s*(?P<value>.+?)\s*$")),
+    ("glibc", re.compile(r"^(?:Libc version|GLIBC version)\s*:\s*(?P<value>.+?)\s*$")),
+)
+# nvidia-smi's header: `| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |`
+_SMI = re.compile(r"NVIDIA-SMI \S+\s+Driver Version:\s*(?P<driver>[\d.]+)\s+CUDA Version:\s*(?P<cuda>[\d.]+)")
+_ENV_LINE = re.compile(r"^(?:export\s+)?(?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
 _KERNEL = re.compile(r"^(?:Kernel(?: version)?|uname -r)\s*[:=]\s*(?P<kernel>\d+\.\d+\.\d+[\w.\-]*)", re.IGNORECASE)
 
 
@@ -50,6 +62,30 @@ def hit_facts(scan: FileScan) -> list[BaseFact]:
             timestamp=tally.first.timestamp,
         )
         facts.append(BaseFact("hit", fields, tally_evidence(scan.path, tally)))
+    return facts + env_facts(scan)
+
+
+def env_facts(scan: FileScan) -> list[BaseFact]:
+    """Environment variables printed in a log: signatures with a group of type `env` (a printed
+    `os.environ`, Ray's `env_vars`, `export` lines, NCCL's echoes) keep the pairs as a mapping;
+    each pair becomes an `env` fact, the first value of a name winning."""
+    facts: list[BaseFact] = []
+    seen: set[str] = set()
+    for key in sorted(scan.tallies):
+        tally = scan.tallies[key]
+        for record in (tally.first, *tally.samples, tally.last):
+            if record is None:
+                continue
+            for value in record.values.values():
+                if not isinstance(value, dict):
+                    continue
+                for name, item in value.items():
+                    if name in seen:
+                        continue
+                    seen.add(name)
+                    evidence = (Evidence(path=scan.path, line=record.line, text=record.text, signature=tally.signature),)
+                    fields = {"name": name, "value": str(item), "path": scan.path, "line": record.line, "source": "log"}
+                    facts.append(BaseFact("env", fields, evidence))
     return facts
 
 
@@ -109,6 +145,19 @@ def env_report_facts(display: str, lines: Iterable[tuple[int, str]]) -> list[Bas
             match = pattern.match(stripped)
             if match:
                 add("kernel", {"version": match.group("kernel")}, line_no, text, "kernel")
+        for name, pattern in _SYSTEM:
+            match = pattern.match(stripped)
+            if match:
+                add("system", {"name": name, "value": match.group("value")}, line_no, text, f"system:{name}")
+        match = _SMI.search(stripped)
+        if match:
+            add("system", {"name": "driver", "value": match.group("driver")}, line_no, text, "system:driver")
+            add("system", {"name": "cuda_driver", "value": match.group("cuda")}, line_no, text, "system:cuda_driver")
+            continue
+        match = _ENV_LINE.match(stripped)
+        if match:
+            add("env", {"name": match.group("name"), "value": match.group("value").strip().strip("'\""), "source": "env_report"}, line_no, text, f"env:{match.group('name')}")
+            continue
         match = _TORCH.match(stripped)
         if match:
             add("package", {"name": "torch", "version": match.group("version")}, line_no, text, "torch")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -19,6 +20,7 @@ from .facts import config_file_facts, env_report_facts, numbered_lines
 from .scan import FileScan, Scanner, scanner_for
 
 _worker_lock = threading.Lock()
+_NVIDIA_SMI = re.compile(rb"NVIDIA-SMI |memory\.used \[MiB\]")
 
 
 class _Rejoined(io.RawIOBase):
@@ -94,15 +96,15 @@ def _read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> t
                 facts = config_file_facts(source.display, cast(BinaryIO, counting), notes)
                 scan = FileScan(source.display, kind, lines=counting.rest())
             elif kind is InputKind.env_report:
-                seen = [0]
-
-                def numbered() -> Iterator[tuple[int, str]]:
-                    for number, text in numbered_lines(rejoined, MAX_PARSED_FILE, notes):
-                        seen[0] = number
-                        yield number, text
-
-                facts = env_report_facts(source.display, numbered())
-                scan = FileScan(source.display, kind, lines=seen[0])
+                # The whole report up to MAX_PARSED_FILE (16 MiB), not only the sniffed head.
+                data = head + stream.read(MAX_PARSED_FILE)
+                lines = list(numbered_lines(io.BytesIO(data), MAX_PARSED_FILE + len(head), notes))
+                facts = env_report_facts(source.display, lines)
+                if _NVIDIA_SMI.search(data[:SNIFF_BYTES]):
+                    # nvidia-smi's table also holds what signatures read (memory in use per GPU).
+                    scan = scanner.scan(source.display, kind, io.BytesIO(data))
+                else:
+                    scan = FileScan(source.display, kind, lines=len(lines))
             else:
                 scan = scanner.scan(source.display, kind, rejoined)
         except (OSError, EOFError, ValueError) as exc:

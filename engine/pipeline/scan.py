@@ -151,7 +151,7 @@ FATAL_WORDS = (
 # exit code. Cheap and loose on purpose: it only decides which lines are kept with their context for
 # the failure parser (inputs/failures.py), which knows the exact shapes.
 FAILURE_TRIGGER = re.compile(
-    r"(?:Error|Exception|Exit|Interrupt|Fault|Failure|TimeoutExpired|TooLarge|Unavailable|NotFound)\w*(?:\([\w.]+\))?(?::|\s*$)"
+    r"(?:Error|Exception|Exit|Interrupt|Fault|Failure|TimeoutExpired|TooLarge|Unavailable|NotFound)\w*(?:\([\w.]+\))?(?:[:：]|\s*$)"
     r"|terminate called|Fatal Python error|exitcode|exit (?:code|status)|Exited with|Killed|Segmentation fault|Aborted"
     r"|Bus error|Illegal instruction|Floating point exception|received at time=|received by PID|Caught signal|zsh: "
 )
@@ -364,7 +364,7 @@ class Scanner:
             tail = (tail + carry)[-65536:]
         result.lines = line_no
         result.last_timestamp = _last_timestamp(tail)
-        result.failures = parse_failures(windows.lines())
+        result.failures = parse_failures(windows.lines(), end=line_no)
         for tally in result.tallies.values():
             for record in (tally.first, *tally.samples, tally.last):
                 if record is not None:

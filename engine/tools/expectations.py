@@ -80,6 +80,12 @@ def compare(expect: FixtureExpectation, analysis: Analysis) -> list[str]:
     for rule in expect.not_fires:
         if rule in fired:
             failures.append(f"{rule} fired but must not")
+    collected = [c.id for c in d.collect]
+    for item in expect.collect:
+        if item not in collected:
+            failures.append(f"{item} is not among the evidence to collect next ({collected})")
+    if expect.collect_first is not None and (not collected or collected[0] != expect.collect_first):
+        failures.append(f"first evidence to collect is {collected[0] if collected else None}, expected {expect.collect_first}")
     if expect.report_contains:
         report = render_report(analysis.kb, d, "text")
         for text in expect.report_contains:

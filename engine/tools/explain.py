@@ -10,6 +10,7 @@ from ..infer.fact import Fact
 from ..infer.results import Firing, Inference
 from ..infer.semantics import check_passes, literal_match, negation_blocker, refs_complete, tests_pass
 from ..kb.compile import CompiledPattern, CompiledRule
+from ..pipeline.collect import describe, plan
 from ..pipeline.rank import combine
 from ..pipeline.redact import cut, redact
 from ..pipeline.run import Analysis
@@ -115,7 +116,8 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
     if cause is not None and not targets:
         lines.append(f"{cause} is not among the ranked causes.")
     for record in analysis.ranking.suppressed:
-        if (cause is None or record.target == cause) and (bucket is None or bucket in record.target or True):
+        # Every guard is shown under --bucket: a suppressed cause no longer has a bucket to filter on.
+        if cause is None or record.target == cause:
             lines.append(f"guard {record.rule} suppressed {record.target}: {printable(record.reason)}")
     fired = {f.rule for f in inference.firings}
     misses = []
@@ -135,6 +137,12 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
         lines.append("near misses (rules that did not fire, and the one condition they lacked):")
         for miss in misses[:12]:
             lines.append(f"  {miss.rule} [{miss.bucket}] matched {miss.matched} pattern(s); lacked: {miss.lacked}")
+    if cause is None and bucket is None:
+        evidence_plan = plan(analysis.kb, inference, analysis.ranking, analysis.scans, analysis.diagnosis.mode)
+        described = list(describe(evidence_plan))
+        if described:
+            lines.append("")
+            lines.extend(printable(line) for line in described)
     text = "\n".join(lines).rstrip() + "\n"
     # Line by line: a key block cut off in one evidence line must not swallow the lines after it.
     return "\n".join(redact(line) for line in text.split("\n")) if redacting else text

@@ -6,14 +6,16 @@ import json
 
 from pydantic import BaseModel
 
-from ..base.contract import Diagnosis
-from ..kb.models import FixtureExpectation, Rule, Signature
+from ..base.contract import Diagnosis, RunDiff
+from ..kb.models import CatalogItem, FixtureExpectation, Rule, Signature
 
 SCHEMAS: dict[str, type[BaseModel]] = {
     "diagnosis": Diagnosis,
     "signature": Signature,
     "rule": Rule,
     "fixture": FixtureExpectation,
+    "diff": RunDiff,
+    "collect": CatalogItem,
 }
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rltriage.inputs.failures import ParsedFailure, package_of, parse_failures, signal_of_code
+from rltriage.inputs.failures import CUT_TYPE, ParsedFailure, package_of, parse_failures, signal_of_code
 
 
 def parse(text: str) -> list[ParsedFailure]:
@@ -303,3 +303,95 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)"""
     assert failure.signal == "SIGSEGV"
     assert [f.function for f in failure.frames] == ["policy_step", "_flash_attn_forward"]
     assert failure.package == "flash_attn"
+
+
+CUT_PASTE = """(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148] Traceback (most recent call last):
+(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148]   File "/env/site-packages/vllm/worker/worker_base.py", line 140, in execute_method
+(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148]     return executor(*args, **kwargs)
+(RayWorkerWrapper pid=9, ip=10.0.0.2) ERROR 06-03 23:13:39 worker_base.py:148]   File "/env/site-packages/vllm/worker/worker.py", line 286, in start_worker_execution_loop"""
+
+
+def test_a_traceback_cut_at_the_end_of_the_input_is_a_failure_with_its_frames() -> None:
+    lines = list(enumerate(CUT_PASTE.splitlines(), start=1))
+    (failure,) = parse_failures(lines, end=len(lines))
+    assert failure.type == CUT_TYPE and failure.kind == "exception"
+    assert failure.process == "RayWorkerWrapper pid=9"
+    assert [f.function for f in failure.frames] == ["execute_method", "start_worker_execution_loop"]
+    assert failure.package == "vllm" and failure.line == 4
+
+
+def test_a_traceback_open_where_a_window_ends_is_not_called_cut() -> None:
+    lines = list(enumerate(CUT_PASTE.splitlines(), start=1))
+    assert parse_failures(lines, end=len(lines) + 500) == []  # the file goes on past the window
+    assert parse_failures(lines) == []  # no end known
+
+
+def test_frames_followed_by_other_output_are_not_a_cut_traceback() -> None:
+    text = CUT_PASTE + "\nINFO 06-03 23:13:40 llm_engine.py:1] step 2\n"
+    lines = list(enumerate(text.splitlines(), start=1))
+    assert parse_failures(lines, end=len(lines)) == []
+
+
+def test_an_exception_line_with_a_full_width_colon_is_read_like_an_ascii_one() -> None:
+    (failure,) = parse("RuntimeError：element 0 of tensors does not require grad and does not have a grad_fn")
+    assert failure.type == "RuntimeError"
+    assert failure.message == "element 0 of tensors does not require grad and does not have a grad_fn"
+
+
+def test_a_chain_cut_after_its_exception_keeps_that_exception_as_the_failure() -> None:
+    text = """Traceback (most recent call last):
+  File "/env/site-packages/torch/utils/data/dataloader.py", line 1133, in _try_get_data
+    data = self._data_queue.get(timeout=timeout)
+RuntimeError: DataLoader worker (pid 9021) is killed by signal: Segmentation fault.
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/workspace/train_grpo.py", line 152, in <module>
+    main()"""
+    lines = list(enumerate(text.splitlines(), start=1))
+    assert [f.type for f in parse_failures(lines, end=len(lines))] == ["RuntimeError"]
+
+
+OOM_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/env/site-packages/trl/trainer/grpo_trainer.py", line 10, in train',
+    "    foo()",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "process"),
+    [
+        ("2024-05-01T10:00:00.123456789Z ", None),  # kubectl logs --timestamps
+        ("[2024-05-01 10:00:00] ", None),
+        ("3: ", "task3"),  # srun --label
+        ("[1,2]<stderr>:", "rank2"),  # Open MPI --tag-output
+        ("10.0.0.7: ", "10.0.0.7"),  # pdsh / the DeepSpeed launcher
+        ("gpu-node-07: ", "gpu-node-07"),
+        ("trainer-1  | ", "trainer-1"),  # docker compose
+        ("> ", None),  # quoted in a Markdown reply
+    ],
+)
+def test_tracebacks_under_a_collectors_or_launchers_line_prefix_are_read(prefix: str, process: str | None) -> None:
+    lines = [(number, prefix + text) for number, text in enumerate(OOM_TRACEBACK, start=1)]
+    (failure,) = parse_failures(lines)
+    assert (failure.type, failure.process, len(failure.frames)) == ("OutOfMemoryError", process, 1)
+    assert failure.message.startswith("CUDA out of memory")
+
+
+def test_an_exception_name_is_not_taken_for_a_host_prefix() -> None:
+    (failure,) = parse("ValueError: bad value")
+    assert failure.type == "ValueError" and failure.process is None
+
+
+def test_colour_codes_that_lost_their_escape_byte_do_not_hide_a_ray_traceback() -> None:
+    lines = [(n, f"[36m(TaskRunner pid=2155)[0m {text}") for n, text in enumerate(OOM_TRACEBACK, start=1)]
+    (failure,) = parse_failures(lines)
+    assert (failure.type, failure.process) == ("OutOfMemoryError", "TaskRunner pid=2155")
+
+
+def test_a_bracketed_duration_in_a_message_is_not_a_colour_code() -> None:
+    (failure,) = parse("TimeoutError: no answer after [10m] of waiting")
+    assert failure.message == "no answer after [10m] of waiting"

@@ -48,3 +48,57 @@ def test_run_facts_count_logs_and_define_stages() -> None:
     stages = stage_definitions()
     assert stages[0].fields == {"name": "model_loaded", "order": 1, "next": "trainer_started"}
     assert stages[-1].fields["next"] is None
+
+
+def test_environment_variables_and_host_facts_are_read() -> None:
+    from rltriage.base.values import env_pairs
+    from rltriage.pipeline.facts import env_report_facts
+
+    assert env_pairs("environ({'NCCL_SOCKET_IFNAME': 'eth0', 'A_B': \"x y\"})") == {"NCCL_SOCKET_IFNAME": "eth0", "A_B": "x y"}
+    assert env_pairs("NCCL_IB_DISABLE set by environment to 1") == {"NCCL_IB_DISABLE": "1"}
+    assert env_pairs("+ export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True") == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    lines = [
+        (1, "NCCL_SOCKET_IFNAME=eth0"),
+        (2, "Nvidia driver version: 535.104.05"),
+        (3, "CUDA runtime version: 12.1.105"),
+        (4, "| NVIDIA-SMI 550.90.07              Driver Version: 550.90.07      CUDA Version: 12.4     |"),
+    ]
+    facts = env_report_facts("env.txt", lines)
+    got = {(f.type, f.fields["name"]): (f.fields.get("value"), f.fields["line"]) for f in facts}
+    assert got[("env", "NCCL_SOCKET_IFNAME")] == ("eth0", 1)
+    assert got[("system", "driver")] == ("535.104.05", 2)
+    assert got[("system", "cuda_runtime")] == ("12.1.105", 3)
+    assert got[("system", "cuda_driver")] == ("12.4", 4)
+
+
+def test_an_environment_report_is_read_whole_not_only_its_sniffed_head(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from rltriage.inputs.discover import SNIFF_BYTES
+    from rltriage.pipeline.run import analyse
+
+    folder = Path(str(tmp_path))
+    lines = [f"package-number-{i:04d}==1.0.{i}" for i in range(SNIFF_BYTES // 10)] + ["vllm==0.8.5.post1"]
+    (folder / "pip-freeze.txt").write_text("\n".join(lines) + "\n")
+    assert len((folder / "pip-freeze.txt").read_bytes()) > 2 * SNIFF_BYTES
+    analysis = analyse([str(folder)])
+    packages = {f.get("name"): f.get("version") for f in analysis.inference.facts_of("package")}
+    assert packages.get("vllm") == "0.8.5.post1", "the last line of a long pip freeze is a fact"
+
+
+def test_nvidia_smi_memory_rows_become_gpu_memory_facts(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from rltriage.pipeline.run import analyse
+
+    folder = Path(str(tmp_path))
+    header = "| NVIDIA-SMI 550.127.05             Driver Version: 550.127.05     CUDA Version: 12.4     |\n"
+    row = "| N/A   41C    P0            152W /  700W |   {used}MiB /  81559MiB |     97%      Default |\n"
+    for name, used, state in (("full", 80873, "full"), ("room", 23417, "room"), ("between", 70000, None)):
+        (folder / name).mkdir()
+        (folder / name / "nvidia-smi.txt").write_text(header + row.format(used=used))
+        analysis = analyse([str(folder / name)])
+        assert analysis.scans[0].kind is InputKind.env_report
+        states = [f.get("state") for f in analysis.inference.facts_of("gpu_memory")]
+        assert states == ([state] if state else []), (name, states)
+        assert any(f.get("name") == "driver" for f in analysis.inference.facts_of("system")), "the header is still read"
