@@ -12,8 +12,8 @@ bound what they compute. On top of it:
   and what it returns checked after;
 - `range` gives at most MAX_SEQUENCE items and `lipsum` is gone;
 - a template or expression that can loop (`{% for %}`, macros, includes, filters and calls that
-  iterate) runs under a guard that stops it after RENDER_SECONDS of processor time (a busy machine
-  does not stretch it) or once the process's resident memory has grown by RENDER_MEMORY, whatever
+  iterate) runs under a guard that stops it after RENDER_SECONDS of its thread's processor time (a busy
+  machine or other threads do not stretch it) or once the resident memory has grown by RENDER_MEMORY, whatever
   it loops over. The others, which the checks above already
   bound (what rule tests and most fixes are), run without it: the guard is a line tracer and costs;
 - a rendered text longer than its limit is stopped while it is produced (`render_bounded`).
@@ -76,14 +76,14 @@ class _Guard:
 
     def __init__(self, seconds: float, memory: int) -> None:
         self.seconds = seconds
-        self.deadline = time.process_time() + seconds
+        self.deadline = time.thread_time() + seconds
         self.memory = _resident_bytes() + memory
         self.events = 0
 
     def trace(self, frame: FrameType, event: str, arg: Any) -> Callable[..., Any]:
         self.events += 1
         if not self.events & 31:
-            if time.process_time() > self.deadline:
+            if time.thread_time() > self.deadline:
                 raise TemplateLimit(f"template took more than {self.seconds:g} s of processor time")
             # Reading the resident size costs more than the clock: a few times less often (what one
             # step can allocate is bounded by the size checks).
