@@ -9,11 +9,10 @@ import click
 
 from ..base.contract import Diagnosis
 from ..base.errors import InputError
-from ..pipeline.redact import redact
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import analyse
 from ..tools.explain import explain
-from .common import EXIT_FOUND, EXIT_OK, report_errors, report_warnings, write_output
+from .common import EXIT_FOUND, EXIT_OK, check_output, report_errors, report_warnings, write_output
 from .options import COLOR, ENGINE, FORMAT, NO_REDACT, OUTPUT, RULES_DIRS, VERBOSE, colour_wanted, jobs, output_format, say_knowledge_base
 
 
@@ -25,6 +24,8 @@ def _run(
     same_run: bool = True,
 ) -> Diagnosis:
     stdin = sys.stdin.buffer if "-" in paths else None
+    if output is not None:
+        check_output(output, paths)  # before the work, not after
     analysis = analyse(
         list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings,
         one_run=not same_run,
@@ -38,7 +39,7 @@ def _run(
     del analysis
     report_warnings(diagnosis)
     colour = colour_wanted(color, output)
-    write_output(format_diagnosis(diagnosis, fmt, kb, colour, details=details), output, colour)
+    write_output(format_diagnosis(diagnosis, fmt, kb, colour, details=details), output, colour, paths)
     return diagnosis
 
 
@@ -109,10 +110,10 @@ def explain_command(paths: tuple[str, ...], cause: str | None, bucket: str | Non
     def action() -> int:
         analysis = analyse(list(paths), rules_dirs=rules_dirs, engine=engine, redact=not no_redact)
         try:
-            text = explain(analysis, cause=cause, bucket=bucket)
+            text = explain(analysis, cause=cause, bucket=bucket, redacting=not no_redact)
         except ValueError as exc:
             raise InputError(str(exc)) from None
-        click.echo(text if no_redact else redact(text), nl=False)
+        click.echo(text, nl=False)
         return EXIT_OK
 
     sys.exit(report_errors(action))

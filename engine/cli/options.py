@@ -18,7 +18,9 @@ from ..pipeline.render import FORMATS
 FORMAT = click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="text", show_default=True)
 RULES_DIRS = click.option("--rules-dir", "rules_dirs", multiple=True, type=click.Path(file_okay=False), help="Extra rule pack (repeatable).")
 ENGINE = click.option("--engine", type=click.Choice(list(ENGINES)), default="default", show_default=True)
-OUTPUT = click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file.")
+# A plain path: what it may be (a folder, a missing folder, an input …) is checked by `check_output`,
+# which says so in one line.
+OUTPUT = click.option("-o", "--output", type=click.Path(), help="Write the report to this file.")
 NO_REDACT = click.option("--no-redact", is_flag=True, help="Keep tokens, keys and passwords in the output.")
 COLOR = click.option(
     "--color", "--colour", "color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,

@@ -11,7 +11,7 @@ import click
 
 from ..base.errors import InputError
 from ..tools.smoke import smoke, smoke_text
-from .common import EXIT_OK, EXIT_USAGE, report_errors, write_atomic
+from .common import EXIT_OK, EXIT_USAGE, check_output, report_errors, write_report
 
 
 def _guarded(action: Callable[[], int]) -> int:
@@ -27,7 +27,7 @@ def _guarded(action: Callable[[], int]) -> int:
 
 @click.command("smoke", context_settings={"ignore_unknown_options": True})
 @click.argument("config")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the reduced config here (atomic). Without it nothing is written.")
+@click.option("-o", "--output", type=click.Path(), help="Write the reduced config here (atomic). Without it nothing is written.")
 def smoke_command(config: str, output: str | None) -> None:
     """Reduce CONFIG to the 1-step smoke test and print the change as a unified diff.
 
@@ -40,6 +40,8 @@ def smoke_command(config: str, output: str | None) -> None:
     """
 
     def action() -> int:
+        if output:
+            check_output(output, [config])
         if not os.path.exists(config) and config.lstrip().startswith("--"):
             result = smoke_text(config + "\n", name="<arguments>", kind="args", output_name=output)
         elif not os.path.isfile(config):
@@ -56,7 +58,7 @@ def smoke_command(config: str, output: str | None) -> None:
         for note in result.notes:
             click.echo(f"rltriage: to do: {note}", err=True)
         if output:
-            write_atomic(result.text, output)
+            write_report(result.text, output, [config])
             click.echo(f"rltriage: wrote {output}", err=True)
         return EXIT_OK
 

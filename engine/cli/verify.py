@@ -14,7 +14,7 @@ from ..base.errors import InputError
 from ..pipeline.run import analyse
 from ..tools.verify import format_text, verify
 from .common import EXIT_FOUND, EXIT_OK, report_errors
-from .options import RULES_DIRS
+from .options import NO_REDACT, RULES_DIRS
 
 
 def _earlier(against: str, rules_dirs: Sequence[str]) -> Diagnosis:
@@ -39,7 +39,8 @@ def _earlier(against: str, rules_dirs: Sequence[str]) -> Diagnosis:
 )
 @RULES_DIRS
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def verify_command(paths: tuple[str, ...], against: str | None, rules_dirs: tuple[str, ...], fmt: str) -> None:
+@NO_REDACT
+def verify_command(paths: tuple[str, ...], against: str | None, rules_dirs: tuple[str, ...], fmt: str, no_redact: bool) -> None:
     """Check a rerun's logs against the success criteria: first step, progress, step time, reward,
     and no failure (uncaught exception, fatal signal, crash or out-of-memory); with --against, that
     the cause diagnosed before is gone.
@@ -51,7 +52,7 @@ def verify_command(paths: tuple[str, ...], against: str | None, rules_dirs: tupl
     def action() -> int:
         earlier = _earlier(against, rules_dirs) if against else None
         stdin = sys.stdin.buffer if "-" in paths else None
-        result = verify(list(paths), rules_dirs=rules_dirs, stdin=stdin, against=earlier)
+        result = verify(list(paths), rules_dirs=rules_dirs, stdin=stdin, against=earlier, redacting=not no_redact)
         for warning in result.warnings:
             click.echo(f"rltriage: warning: {warning}", err=True)
         click.echo(result.model_dump_json(indent=2) if fmt == "json" else format_text(result), nl=fmt == "json")

@@ -9,7 +9,7 @@ import click
 from ..pipeline.render import format_diagnosis
 from ..tools.watch import watch
 from .common import EXIT_OK, EXIT_STALLED, report_errors, report_warnings
-from .options import COLOR, FORMAT, RULES_DIRS, colour_wanted
+from .options import COLOR, FORMAT, NO_REDACT, RULES_DIRS, colour_wanted
 
 # 5: the run crashed, or its processes (--pid) exited without finishing; the report is on stdout.
 EXIT_CRASHED = 5
@@ -30,10 +30,12 @@ EXIT_CRASHED = 5
 @FORMAT
 @RULES_DIRS
 @COLOR
+@NO_REDACT
 def watch_command(
     paths: tuple[str, ...], stall_after: float, poll: float, on_stall: str | None, pids: tuple[int, ...], on_stall_timeout: float, fmt: str,
     rules_dirs: tuple[str, ...],
     color: str,
+    no_redact: bool,
 ) -> None:
     """Follow a live run's logs; exit 0 when it finishes. When it stops progressing, run --on-stall,
     diagnose and exit 4; when it crashes (or its --pid processes exit unfinished), diagnose at once
@@ -45,7 +47,7 @@ def watch_command(
     def action() -> int:
         outcome = watch(
             paths, stall_after=stall_after, poll=poll, on_stall=on_stall, on_stall_timeout=on_stall_timeout, rules_dirs=rules_dirs, pids=pids,
-            status=status,
+            status=status, redacting=not no_redact,
         )
         if outcome.analysis is None:
             return EXIT_OK

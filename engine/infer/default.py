@@ -22,7 +22,7 @@ from ..base.contract import Evidence
 from ..base.errors import InferenceError
 from ..kb.compile import CompiledPattern, CompiledRule, Program
 from .fact import BaseFact, Fact, equality_key, fact_key
-from .results import DEFAULT_BUDGET, Firing, Inference, SuppressionRecord
+from .results import DEFAULT_BUDGET, DERIVED_BUDGET, Firing, Inference, SuppressionRecord
 from .semantics import binding_view, cited_evidence, literal_match, negation_blocker, refs_complete, refs_match, resolve_field, tests_pass
 
 
@@ -35,6 +35,7 @@ class Store:
         self.index: dict[tuple[str, str, Any], list[Fact]] = defaultdict(list)
         # Fact ids beside each list, kept sorted by construction, for bisecting a semi-naive range.
         self.ids: dict[int, list[int]] = {}
+        self.derived_text = 0  # characters of text in derived facts, against DERIVED_BUDGET
 
     def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Evidence, ...]) -> Fact | None:
         key = fact_key(type_, fields)
@@ -141,15 +142,17 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
     suppressions: list[SuppressionRecord] = []
     fired_keys: set[tuple[str, tuple[int, ...]]] = set()
     per_rule: Counter[str] = Counter()
-    wanted = {rule.id: frozenset(p.type for slot in rule.slots for p in slot) for rule in program.rules}
-    for stratum in program.strata:
+    # Per stratum, each rule with the fact types its positive patterns want (looked up once: a long
+    # chain goes round this loop once per new fact).
+    wanted = [[(rule, frozenset(p.type for slot in rule.slots for p in slot)) for rule in stratum] for stratum in program.strata]
+    for stratum in wanted:
         delta_start = 0
         delta_end = len(store.facts)
         while delta_start < delta_end:
             # A rule can only find a new tuple if one of its patterns wants a type that is new.
             new_types = {fact.type for fact in store.facts[delta_start:delta_end]}
-            for rule in stratum:
-                if wanted[rule.id] and wanted[rule.id].isdisjoint(new_types):
+            for rule, types in stratum:
+                if types and types.isdisjoint(new_types):
                     continue
                 for bound in list(_join(store, rule, delta_start, delta_end)):
                     ids = tuple(fact.id for _pattern, fact in bound.values())
@@ -187,6 +190,12 @@ def _fire(
     derived: list[int] = []
     for derive in model.then.derive:
         fields = {name: resolve_field(value, bindings) for name, value in sorted(derive.fields.items())}
+        # Copied fields are as large as the facts they come from; only computed ones can grow.
+        store.derived_text += sum(len(v) for name, v in fields.items() if isinstance(v, str) and "{{" in str(derive.fields[name]))
+        if store.derived_text > DERIVED_BUDGET:
+            raise InferenceError(
+                f"derived facts hold more than {DERIVED_BUDGET >> 20} MiB of computed text: rule {rule.id} derives ever larger values; its chain does not reach a fixpoint"
+            )
         fact = store.add(derive.fact, fields, cited_evidence(model, derive.cite, bindings))
         if fact is not None:
             derived.append(fact.id)

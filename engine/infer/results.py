@@ -11,6 +11,7 @@ from ..kb.compile import Program
 from .fact import BaseFact, Fact
 
 DEFAULT_BUDGET = 50_000
+DERIVED_BUDGET = 1 << 20  # characters of computed (template) text all derived facts of one run may hold
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ operators, single-fact checks, joins by reference, tests, derived fields and cit
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -12,7 +11,11 @@ from ..base.contract import Evidence
 from ..base.values import RENDERED_WORDS, coerce_scalar, number, version_key
 from ..kb.compile import SANDBOX, Check, CompiledPattern, CompiledRule
 from ..kb.models import Rule
+from ..kb.regexes import REGEX_TIMEOUT, BoundedPattern, compile_value, note, timed_out
+from ..kb.sandbox import bounded, evaluate, render_bounded
 from .fact import Fact
+
+MAX_FIELD = 4096  # characters of a derived field's rendered value
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -38,7 +41,20 @@ def _multiple(a: Any, b: Any) -> bool | None:
     return na % nb == 0
 
 
-def apply_operator(op: str, actual: Any, expected: Any, present: bool) -> bool:
+def _matches(pattern: BoundedPattern | None, actual: Any) -> bool:
+    """The one timeout-guarded matcher for `matches:` (the signatures' own): a pattern that times out
+    matches nothing and is disabled for the rest of the run, with one warning."""
+    if pattern is None or actual is None:
+        return False
+    try:
+        return pattern.search(str(actual)) is not None
+    except TimeoutError:
+        if timed_out(pattern):
+            note(pattern.where or "rules", f"{pattern.name}: gave up after {REGEX_TIMEOUT}s; disabled for the rest of the run")
+        return False
+
+
+def apply_operator(op: str, actual: Any, expected: Any, present: bool, pattern: BoundedPattern | None = None) -> bool:
     if op == "exists":
         return present == bool(expected)
     if not present:
@@ -54,7 +70,7 @@ def apply_operator(op: str, actual: Any, expected: Any, present: bool) -> bool:
     if op == "not_in":
         return not any(_equal(actual, e) for e in expected)
     if op == "matches":
-        return actual is not None and re.search(str(expected), str(actual)) is not None
+        return _matches(pattern or compile_value(str(expected)), actual)
     if op == "contains":
         return actual is not None and str(expected) in str(actual)
     if op == "version_lt":
@@ -88,7 +104,7 @@ def check_passes(check: Check, fact: Fact, bindings: Mapping[str, Fact]) -> bool
         ref_present, expected = field_value(other, check.ref[1])
         if not ref_present and check.op != "exists":
             return False
-    return apply_operator(check.op, actual, expected, present)
+    return apply_operator(check.op, actual, expected, present, check.pattern if check.ref is None else None)
 
 
 def literal_match(pattern: CompiledPattern, fact: Fact) -> bool:
@@ -111,7 +127,7 @@ def tests_pass(rule: CompiledRule, bindings: Mapping[str, Fact]) -> tuple[bool, 
     context = {alias: dict(fact.fields) for alias, fact in bindings.items()}
     for text, expression in rule.tests:
         try:
-            if not expression(**context):
+            if not evaluate(expression, context):
                 return False, text
         except Exception:  # noqa: BLE001 - a test that cannot be evaluated on these facts is false
             return False, text
@@ -126,8 +142,8 @@ def resolve_field(value: Any, bindings: Mapping[str, Fact]) -> Any:
     if isinstance(value, str) and "{{" in value:
         context = {alias: dict(fact.fields) for alias, fact in bindings.items()}
         try:
-            rendered = _field_template(value).render(**context).strip()
-        except Exception:  # noqa: BLE001
+            rendered = render_bounded(_field_template(value), context, limit=MAX_FIELD).strip()
+        except Exception:  # noqa: BLE001 - a field that cannot be rendered (or is too large) is absent
             return None
         return coerce_scalar(rendered, RENDERED_WORDS)
     return value
@@ -135,7 +151,7 @@ def resolve_field(value: Any, bindings: Mapping[str, Fact]) -> Any:
 
 @functools.lru_cache(maxsize=4096)
 def _field_template(text: str) -> Any:
-    return SANDBOX.from_string(text)
+    return bounded(lambda: SANDBOX.from_string(text))
 
 
 def cited_evidence(rule: Rule, cite: list[str] | None, bindings: Mapping[str, Fact]) -> tuple[Evidence, ...]:

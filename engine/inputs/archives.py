@@ -9,8 +9,10 @@ decompresses the archive once more, not once per member. Small members are kept 
 pass, so most archives of logs are decompressed only once.
 
 Work is bounded while streaming: a total of decompressed bytes and an expansion ratio (against
-decompression bombs), a nesting depth, and a size limit for zips nested in other archives (zip
-needs random access, so a nested zip is held in memory).
+decompression bombs) that every member of every archive counts against (a plain tar's members, and
+a GNU sparse member claiming a terabyte of holes, included), a nesting depth, a number of members,
+and a size limit for zips nested in other archives (zip needs random access, so a nested zip is
+copied to a temporary file, never held in memory).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import gzip
 import io
 import lzma
 import posixpath
-import re
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from ..base.text import printable
 from .filetypes import inner_name
 
 MAX_DEPTH = 8  # containers inside the top-level file; deeper ones are skipped with one warning
@@ -36,11 +39,11 @@ TOTAL_LIMIT = 20 << 30  # decompressed bytes for all archives of one run
 RATIO_LIMIT = 200
 RATIO_AFTER = 64 << 20  # small files legitimately compress very well; bombs only show at scale
 NESTED_ZIP_LIMIT = 256 << 20
-CACHE_LIMIT = 64 << 20  # member bytes kept in memory from the listing pass
+CACHE_LIMIT = 16 << 20  # member bytes kept in memory from the listing pass
+MAX_MEMBERS = 10_000  # files read from one top-level archive (nested ones included)
+MAX_ZIP_ENTRIES = 100_000  # a zip declaring more is not opened: its directory alone would fill memory
 COPY = 1 << 20
 PEEK = 512  # the tar magic sits at offset 257
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ArchiveError(Exception):
@@ -94,7 +97,7 @@ def member_display(name: str) -> str:
     # tar adds. Anything else, `../` and absolute names included, is shown as it is.
     while name.startswith("./"):
         name = name[2:]
-    return _CONTROL.sub("?", name)
+    return printable(name)
 
 
 class Reader(io.RawIOBase):
@@ -159,7 +162,8 @@ class Budget:
 class _Guard(Reader):
     """Counts what a decompressor produces and stops a bomb while it is still small."""
 
-    def __init__(self, inner: BinaryIO, consumed: Callable[[], int], budget: Budget) -> None:
+    def __init__(self, inner: BinaryIO, consumed: Callable[[], int], budget: Budget | None) -> None:
+        # Without a budget only the ratio is watched: the bytes were counted where they were decompressed.
         self._inner = inner
         self._consumed = consumed
         self._budget = budget
@@ -169,8 +173,9 @@ class _Guard(Reader):
         size = COPY if size is None or size < 0 else min(size, COPY)
         data = self._inner.read(size)
         self._produced += len(data)
-        self._budget.used += len(data)
-        if self._budget.used > self._budget.limit:
+        if self._budget is not None:
+            self._budget.used += len(data)
+        if self._budget is not None and self._budget.used > self._budget.limit:
             raise ArchiveError(f"decompression stopped: more than {_size(self._budget.limit)} decompressed in total")
         if self._produced > RATIO_AFTER and self._produced > RATIO_LIMIT * max(1, self._consumed()):
             raise ArchiveError(
@@ -295,7 +300,7 @@ def walk(stream: BinaryIO, display: str, name: str, depth: int, ctx: Context, se
         return
     ctx.where = display
     if fmt == "tar":
-        yield from _tar(rejoined, display, depth, ctx)
+        yield from _tar(rejoined, display, depth, ctx, counted=False)
         return
     if fmt == "zip":
         yield from _zip(rejoined, display, depth, ctx, seekable)
@@ -307,7 +312,7 @@ def walk(stream: BinaryIO, display: str, name: str, depth: int, ctx: Context, se
     inner_stream: BinaryIO = _Prefixed(inner_head, inner)  # type: ignore[assignment]
     inner_fmt = sniff(inner_head)
     if inner_fmt == "tar":
-        yield from _tar(inner_stream, display, depth, ctx)
+        yield from _tar(inner_stream, display, depth, ctx, counted=True)
     elif inner_fmt is not None:
         yield from walk(inner_stream, display, inner_name(name), depth + 1, ctx)
     else:
@@ -326,39 +331,86 @@ def _nested(stream: BinaryIO, display: str, shown: str, depth: int, ctx: Context
         ctx.member_failed = True
 
 
-def _tar(stream: BinaryIO, display: str, depth: int, ctx: Context) -> Iterator[Leaf]:
+def _tar(stream: BinaryIO, display: str, depth: int, ctx: Context, counted: bool) -> Iterator[Leaf]:
+    """A tar's members, each guarded: counted against the total (unless `counted`, when the
+    decompressor feeding the tar already counts them) and against the expansion ratio, measured
+    against the tar bytes the member took (a sparse member is mostly holes read as zeros)."""
     ctx.where = display
-    archive = tarfile.open(fileobj=stream, mode="r|")
-    for info in archive:
+    counting = _Counting(stream)
+    archive = tarfile.open(fileobj=cast(BinaryIO, counting), mode="r|")
+    while True:
+        info = archive.next()
+        if info is None:
+            break
+        archive.members.clear()  # type: ignore[attr-defined]  # a streamed tar keeps every header it read otherwise
         ctx.where = display
         if not info.isreg():
             continue  # links, devices and folders carry no log text
         member = archive.extractfile(info)
         if member is None:
             continue
+        start = counting.count
+        guarded = _Guard(cast(BinaryIO, member), lambda start=start: counting.count - start, None if counted else ctx.budget)  # type: ignore[misc]
         shown = member_display(info.name)
-        yield from _nested(cast(BinaryIO, member), f"{display}!{shown}", shown, depth, ctx)
+        yield from _nested(cast(BinaryIO, guarded), f"{display}!{shown}", shown, depth, ctx)
         ctx.where = display
+
+
+def _spool(stream: BinaryIO, limit: int) -> BinaryIO | None:
+    """A stream copied to a temporary file (deleted when closed); None when it exceeds `limit`."""
+    spool = tempfile.TemporaryFile()
+    copied = 0
+    while True:
+        block = stream.read(COPY)
+        if not block:
+            break
+        copied += len(block)
+        if copied > limit:
+            spool.close()
+            return None
+        spool.write(block)
+    spool.seek(0)
+    return cast(BinaryIO, spool)
 
 
 def _zip(stream: BinaryIO, display: str, depth: int, ctx: Context, seekable: bool) -> Iterator[Leaf]:
     ctx.where = display
+    spooled: BinaryIO | None = None
     if not seekable:
-        data = _read_at_least(stream, NESTED_ZIP_LIMIT + 1)
-        if len(data) > NESTED_ZIP_LIMIT:
+        spooled = _spool(stream, NESTED_ZIP_LIMIT)
+        if spooled is None:
             ctx.warn(display, f"zip inside an archive is larger than {_size(NESTED_ZIP_LIMIT)}; not read")
             return
-        stream = io.BytesIO(data)
-    with zipfile.ZipFile(stream) as archive:
-        for info in archive.infolist():
-            ctx.where = display
-            if info.is_dir():
-                continue
-            with archive.open(info) as raw:
-                member = _Guard(cast(BinaryIO, raw), lambda info=info: info.compress_size, ctx.budget)  # type: ignore[misc]
-                shown = member_display(info.filename)
-                yield from _nested(cast(BinaryIO, member), f"{display}!{shown}", shown, depth, ctx)
-            ctx.where = display
+        stream = spooled
+    try:
+        entries = _zip_entries(stream)
+        if entries > MAX_ZIP_ENTRIES:
+            ctx.warn(display, f"zip declares {entries} entries, more than {MAX_ZIP_ENTRIES}; not read")
+            return
+        with zipfile.ZipFile(stream) as archive:
+            for info in archive.infolist():
+                ctx.where = display
+                if info.is_dir():
+                    continue
+                with archive.open(info) as raw:
+                    member = _Guard(cast(BinaryIO, raw), lambda info=info: info.compress_size, ctx.budget)  # type: ignore[misc]
+                    shown = member_display(info.filename)
+                    yield from _nested(cast(BinaryIO, member), f"{display}!{shown}", shown, depth, ctx)
+                ctx.where = display
+    finally:
+        if spooled is not None:
+            spooled.close()
+
+
+def _zip_entries(stream: BinaryIO) -> int:
+    """How many entries a zip's end record declares (0 when it has none: zipfile will say why)."""
+    try:
+        record = zipfile._EndRecData(stream)  # type: ignore[attr-defined]
+    except OSError:
+        record = None
+    finally:
+        stream.seek(0)
+    return int(record[zipfile._ECD_ENTRIES_TOTAL]) if record else 0  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -475,6 +527,9 @@ def list_members(path: Path, display: str, ctx: Context, cache: list[int]) -> li
                     if not ctx.member_failed:
                         ctx.warn(ctx.where or display, f"{describe(exc)}; diagnosed what could be read")
                     break
+                if len(members) >= MAX_MEMBERS:
+                    ctx.warn(display, f"more than {MAX_MEMBERS} files in the archive; the rest not read")
+                    break
                 member = Member(leaf_display, leaf_name, len(members))
                 members.append(member)
                 try:
@@ -491,17 +546,23 @@ def list_members(path: Path, display: str, ctx: Context, cache: list[int]) -> li
 
 def _read_member(stream: BinaryIO, member: Member, cache: list[int]) -> None:
     kept: bytearray | None = bytearray() if cache[0] > 0 else None
-    try:
-        while True:
+    while True:
+        try:
             chunk = stream.read(COPY)
-            if not chunk:
-                break
-            member.length += len(chunk)
-            if kept is not None:
-                kept += chunk
-                if len(kept) > cache[0]:
-                    kept = None
-    finally:
+        except READ_ERRORS:
+            # What was read of a member that failed is what a re-read gives too (the same bytes,
+            # up to `length`), so it may be kept, but only when it is small.
+            if kept is not None and len(kept) <= COPY:
+                member.data = bytes(kept)
+                cache[0] -= len(kept)
+            raise
+        if not chunk:
+            break
+        member.length += len(chunk)
         if kept is not None:
-            member.data = bytes(kept)
-            cache[0] -= len(kept)
+            kept += chunk
+            if len(kept) > cache[0]:
+                kept = None
+    if kept is not None:
+        member.data = bytes(kept)
+        cache[0] -= len(kept)

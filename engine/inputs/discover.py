@@ -9,9 +9,9 @@ import os
 import re
 import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, cast
 
@@ -116,8 +116,7 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
     cache = [archives.CACHE_LIMIT]
     for given in paths:
         if given == "-":
-            data = (stdin or sys.stdin.buffer).read()
-            sources.append(Source("<stdin>", _opener(partial(io.BytesIO, data)), "stdin"))
+            sources.append(_stdin_source(stdin or sys.stdin.buffer, warnings))
             continue
         path = Path(given)
         if not path.exists() and not path.is_symlink():
@@ -187,6 +186,47 @@ class _OpenFile:
         return Checked(open(self.display, "rb"), self.display, self.warnings, self.size)
 
 
+STDIN_LIMIT = archives.TOTAL_LIMIT  # bytes read from stdin, the same bound as decompressed archives
+
+
+def _stdin_source(stdin: BinaryIO, warnings: list[Warning]) -> Source:
+    """Standard input copied, a block at a time, to an unnamed temporary file: memory stays flat
+    however much is piped in, and the input can be read again (stack dumps are re-read)."""
+    spool = tempfile.TemporaryFile()
+    copied = 0
+    while copied < STDIN_LIMIT:
+        block = stdin.read(min(archives.COPY, STDIN_LIMIT - copied))
+        if not block:
+            break
+        spool.write(block)
+        copied += len(block)
+    else:
+        if stdin.read(1):
+            warnings.append(Warning("<stdin>", f"more than {STDIN_LIMIT >> 30} GiB on standard input; read the first {STDIN_LIMIT >> 30} GiB"))
+    spool.flush()
+    fd = spool.fileno()
+    return Source("<stdin>", _opener(lambda: Checked(cast(BinaryIO, _Pread(spool, fd, copied)), "<stdin>", warnings)), "stdin")
+
+
+class _Pread(archives.Reader):
+    """A reader of its own over a shared file, at its own position (the file stays open while the
+    source lives)."""
+
+    def __init__(self, owner: object, fd: int, size: int) -> None:
+        self._owner = owner  # keeps the temporary file open
+        self._fd = fd
+        self._size = size
+        self._at = 0
+
+    def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
+        want = self._size - self._at if size is None or size < 0 else min(size, self._size - self._at)
+        if want <= 0:
+            return b""
+        data = os.pread(self._fd, want, self._at)
+        self._at += len(data)
+        return data
+
+
 def _opener(make: Callable[[], io.IOBase]) -> Callable[[], BinaryIO]:
     # Our readers are io.RawIOBase, which typing does not count as BinaryIO.
     return cast(Callable[[], BinaryIO], make)
@@ -212,7 +252,9 @@ class Checked(archives.Reader):
       diagnosis, and one that shrinks under us is reported;
     - invalid UTF-8 (the scanner replaces it, so matching goes on, but evidence may show U+FFFD);
     - bare carriage returns as the only line ends, read as line breaks so line numbers mean
-      something and a whole log is not one 'line'.
+      something and a whole log is not one 'line';
+    - UTF-16 text (a byte-order mark, or NULs in every other byte of plain text), decoded and
+      handed on as UTF-8 instead of being skipped as binary.
     Warnings are told on close, and not for binary content, which the pipeline already skips.
     """
 
@@ -229,9 +271,27 @@ class Checked(archives.Reader):
         self._bad_utf8: int | None = None
         self._bare_cr: bool | None = None
         self._eof = False
+        self._utf16: codecs.IncrementalDecoder | None = None
+        self._decoded = 0  # bytes handed on (after UTF-16 decoding)
 
     def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
         self._reads += 1
+        while True:
+            data = self._read_raw(size)
+            if self._reads == 1 and self._read == len(data):
+                encoding = _utf16(data)
+                if encoding is not None:
+                    self._utf16 = codecs.getincrementaldecoder(encoding)("replace")
+            if self._utf16 is None:
+                break
+            # Transcoded; an odd byte at the end of a read waits for the next one.
+            text = self._utf16.decode(data, final=not data)
+            if text or not data:
+                data = text.encode("utf-8")
+                break
+        return self._look(data) if data else data
+
+    def _read_raw(self, size: int | None) -> bytes:
         if self._size is not None:
             if self._left <= 0:
                 self._eof = True
@@ -243,15 +303,19 @@ class Checked(archives.Reader):
             return data
         if self._size is not None:
             self._left -= len(data)
+        self._read += len(data)
+        return data
+
+    def _look(self, data: bytes) -> bytes:
         if len(self._head) < SNIFF_BYTES:
             self._head += data[: SNIFF_BYTES - len(self._head)]
         if self._decoder is not None:
             try:
                 self._decoder.decode(data)
             except UnicodeDecodeError as exc:
-                self._bad_utf8 = self._read + exc.start
+                self._bad_utf8 = self._decoded + exc.start
                 self._decoder = None
-        self._read += len(data)
+        self._decoded += len(data)
         if self._bare_cr is None:
             self._bare_cr = b"\n" not in data and b"\r" in data
         if self._bare_cr:
@@ -272,6 +336,8 @@ class Checked(archives.Reader):
                     now = self._size
                 if now > self._size:
                     notes.append(f"file grew while being read; read the first {self._size} bytes")
+        if self._utf16 is not None:
+            notes.append("encoded in UTF-16; decoded and read as text")
         if self._bad_utf8 is not None:
             notes.append(f"not valid UTF-8 (first bad byte at offset {self._bad_utf8}); undecodable bytes read as U+FFFD")
         if self._bare_cr:
@@ -284,6 +350,21 @@ class Checked(archives.Reader):
                 self._warnings.append(Warning(self._display, note))
             self._raw.close()
         super().close()
+
+
+def _utf16(head: bytes) -> str | None:
+    """The UTF-16 codec a file's first bytes show: a byte-order mark, or text whose every other
+    byte is NUL (UTF-16 without a mark)."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) and not head.startswith(b"\xff\xfe\x00\x00"):
+        return "utf-16"
+    sample = head[:512]
+    if len(sample) >= 16 and len(sample) % 2 == 0:
+        even, odd = sample[0::2], sample[1::2]
+        if odd.count(0) == len(odd) and even.count(0) == 0:
+            return "utf-16-le"
+        if even.count(0) == len(even) and odd.count(0) == 0:
+            return "utf-16-be"
+    return None
 
 
 def classify(source: Source, head: bytes) -> InputKind:

@@ -5,6 +5,7 @@ rule honest (`rltriage rules lint`). Lint registers its own checks here as well.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from ..base.errors import Problem
@@ -82,7 +83,10 @@ def _rule_problems(kb: KnowledgeBase, loaded: LoadedRule, known_types: set[str],
         if action.cause and action.cause not in cause_ids:
             line, col = at("then", "suppress", index, "cause")
             yield Problem(origin.display, line, col, "unknown-cause", f"suppress names unknown cause '{action.cause}'")
-    if rule.fix_template and not _template_exists(kb, rule.fix_template):
+    if rule.fix_template and (PurePosixPath(rule.fix_template).is_absolute() or ".." in PurePosixPath(rule.fix_template).parts):
+        line, col = at("fix_template")
+        yield Problem(origin.display, line, col, "unknown-template", f"template '{rule.fix_template}' must be a path inside a templates folder")
+    elif rule.fix_template and not _template_exists(kb, rule.fix_template):
         line, col = at("fix_template")
         yield Problem(origin.display, line, col, "unknown-template", f"template '{rule.fix_template}' does not exist in any templates folder")
 

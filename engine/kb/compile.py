@@ -6,20 +6,22 @@ compile is a load error); the engines in `rltriage.infer` run the compiled progr
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
 from ..base.errors import Problem
 from ..base.values import version_key
 from .knowledge import KnowledgeBase, LoadedRule
 from .models import Constraint, Operators, Pattern, Rule
+from .regexes import BoundedPattern, PatternError, compile_bounded
+from .sandbox import BoundedSandbox
 
 # Rule tests and derived-field templates are Jinja expressions from rule packs, which are untrusted.
-SANDBOX = ImmutableSandboxedEnvironment()
+SANDBOX = BoundedSandbox()
 SANDBOX.globals.update(version_lt=lambda a, b: version_key(a) < version_key(b), version_key=version_key)
 
 
@@ -29,6 +31,7 @@ class Check:
     op: str
     value: Any = None
     ref: tuple[str, str] | None = None  # (alias, field) when the value names another fact
+    pattern: BoundedPattern | None = dataclasses.field(default=None, compare=False, repr=False)  # `matches`, compiled at load
 
 
 @dataclass(frozen=True)
@@ -81,11 +84,19 @@ class Program:
     engine_state: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
-def _compile_checks(field_name: str, constraint: Constraint) -> list[Check]:
+@functools.lru_cache(maxsize=4096)
+def matches_pattern(pattern: str, name: str, where: str) -> BoundedPattern:
+    """A `matches:` pattern, compiled once under the same bounds as signatures (PatternError)."""
+    return compile_bounded(pattern, name, where=where)
+
+
+def _compile_checks(field_name: str, constraint: Constraint, rule_id: str = "", where: str = "") -> list[Check]:
     def one(op: str, value: Any) -> Check:
         if isinstance(value, str) and value.startswith("$") and "." in value:
             alias, _, attr = value[1:].partition(".")
             return Check(field_name, op, None, (alias, attr))
+        if op == "matches" and value is not None:
+            return Check(field_name, op, value, pattern=matches_pattern(str(value), f"rule {rule_id}: {field_name} matches {value}", where))
         return Check(field_name, op, value)
 
     if isinstance(constraint, Operators):
@@ -100,26 +111,45 @@ def _compile_checks(field_name: str, constraint: Constraint) -> list[Check]:
     return [one("eq", constraint)]
 
 
-def _compile_pattern(pattern: Pattern, default_alias: str) -> CompiledPattern:
+def _compile_pattern(pattern: Pattern, default_alias: str, rule_id: str, where: str) -> CompiledPattern:
     checks: list[Check] = []
     for name, constraint in sorted(pattern.where.items()):
-        checks.extend(_compile_checks(name, constraint))
+        checks.extend(_compile_checks(name, constraint, rule_id, where))
     return CompiledPattern(pattern.fact, pattern.alias or default_alias, tuple(checks), pattern)
 
 
-def compile_pattern(pattern: Pattern, alias: str = "_") -> CompiledPattern:
-    """One pattern on its own (a `collect` entry's or a catalog item's), for matching single facts."""
-    return _compile_pattern(pattern, pattern.alias or alias)
+def compile_pattern(pattern: Pattern, alias: str = "_", name: str = "", where: str = "") -> CompiledPattern:
+    """One pattern on its own (a `collect` entry's or a catalog item's), for matching single facts;
+    its `matches:` patterns are compiled under the same bounds as a rule's (PatternError)."""
+    return _compile_pattern(pattern, pattern.alias or alias, name, where)
 
 
-def rule_patterns(rule: Rule) -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
+def rule_patterns(rule: Rule, where: str = "") -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
+    """The rule's patterns compiled; PatternError for a `matches:` pattern that may not be used
+    (loading reports it where it is written: `matches_problems`)."""
     slots: list[tuple[CompiledPattern, ...]] = []
     for i, pattern in enumerate(rule.when.all):
-        slots.append((_compile_pattern(pattern, f"_{i}"),))
+        slots.append((_compile_pattern(pattern, f"_{i}", rule.id, where),))
     if rule.when.any:
-        slots.append(tuple(_compile_pattern(p, p.alias or "any") for p in rule.when.any))
-    negatives = [_compile_pattern(p, f"_not{i}") for i, p in enumerate(rule.when.none)]
+        slots.append(tuple(_compile_pattern(p, p.alias or "any", rule.id, where) for p in rule.when.any))
+    negatives = [_compile_pattern(p, f"_not{i}", rule.id, where) for i, p in enumerate(rule.when.none)]
     return slots, negatives
+
+
+def matches_problems(loaded: LoadedRule) -> list[Problem]:
+    """Every `matches:` pattern of a rule that may not be used, at the place it is written."""
+    problems = []
+    for section, index, pattern in loaded.model.when.patterns():
+        for field_name, constraint in pattern.where.items():
+            value = getattr(constraint, "matches", None) if isinstance(constraint, Operators) else None
+            if not isinstance(value, str) or (value.startswith("$") and "." in value):
+                continue
+            try:
+                matches_pattern(value, f"rule {loaded.id}: {field_name} matches {value}", loaded.origin.display)
+            except PatternError as exc:
+                line, col = loaded.origin.at("when", section, index, "where", field_name, "matches")
+                problems.append(Problem(loaded.origin.display, line, col, "bad-regex", f"matches: {exc}"))
+    return problems
 
 
 def produced_types(rule: Rule) -> set[str]:
@@ -130,16 +160,24 @@ def compile_program(kb: KnowledgeBase, problems: list[Problem]) -> Program | Non
     """Compile and stratify the rules; stratification failures are knowledge-base problems."""
     compiled_parts = []
     for index, loaded in enumerate(kb.rules):
-        slots, negatives = rule_patterns(loaded.model)
+        found = matches_problems(loaded)
+        if found:
+            problems.extend(found)
+            continue
+        slots, negatives = rule_patterns(loaded.model, loaded.origin.display)
         tests = []
         for t_index, text in enumerate(loaded.model.when.test):
             try:
+                # No guard needed (it would double the load time): the sandbox's operators on sizes
+                # cannot be folded at compile time, and guarded filters check their numbers when they are.
                 tests.append((text, SANDBOX.compile_expression(text)))
-            except Exception as exc:  # noqa: BLE001 - any template syntax error is a rule problem
+            except Exception as exc:  # noqa: BLE001 - any template syntax error (or limit) is a rule problem
                 line, col = loaded.origin.at("when", "test", t_index)
                 problems.append(Problem(loaded.origin.display, line, col, "bad-test", f"test does not compile: {exc}"))
         compiled_parts.append((loaded, index, slots, negatives, tests))
 
+    if problems:
+        return None
     producers: dict[str, set[str]] = defaultdict(set)
     for loaded in kb.rules:
         for type_ in produced_types(loaded.model):

@@ -24,6 +24,8 @@ from .compile import compile_program
 from .knowledge import CompiledSignature, KnowledgeBase, LoadedItem, LoadedRule, Origin
 from .literals import is_case_insensitive, required_literals
 from .models import CatalogItem, Rule, Signature
+from .regexes import PatternError, compile_bounded
+from .sandbox import template_file_problem
 from .yamlio import load_yaml, validation_problems
 
 PACK_FOLDERS = ("signatures", "rules", "collect", "templates", "fixtures")
@@ -106,7 +108,32 @@ def expected_id(folder: Path, path: Path) -> str:
 def _yaml_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and (p.is_file() or p.is_symlink()))
+
+
+_KIND_OF_FILE = {"signatures": "signature", "rules": "rule", "collect": "collect", "templates": "template"}
+
+
+def pack_file_problems(packs: list[Path]) -> list[Problem]:
+    """Files of a pack that point out of it: a symbolic link to `/etc/passwd` must not become a
+    rule, a template or a fixture's text; FIFOs and devices are never opened."""
+    problems = []
+    for pack in packs:
+        if pack == builtin_pack():
+            continue  # installed with the code, not written by a stranger
+        for folder in PACK_FOLDERS[:4]:  # signatures, rules, collect, templates
+            base = pack / folder
+            if not base.is_dir():
+                continue
+            for path in sorted(base.rglob("*")):
+                if path.is_dir():
+                    inside = os.path.commonpath([os.path.realpath(path), os.path.realpath(base)]) == os.path.realpath(base)
+                    problem = None if inside else f"a symbolic link out of its pack (to {os.path.realpath(path)})"
+                else:
+                    problem = template_file_problem(str(base), str(path))
+                if problem is not None:
+                    problems.append(Problem(_display(path), 1, 1, "pack-file", f"{_KIND_OF_FILE[folder]} file is {problem}"))
+    return problems
 
 
 def _parse(path: Path, model: type[BaseModel], problems: list[Problem]) -> tuple[Any, Origin] | None:
@@ -129,10 +156,10 @@ def _parse(path: Path, model: type[BaseModel], problems: list[Problem]) -> tuple
 def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem]) -> CompiledSignature | None:
     flags = regex.IGNORECASE if sig.ignore_case else 0
     try:
-        compiled = regex.compile(sig.pattern, flags | regex.V0)
-    except regex.error as exc:
+        compiled = compile_bounded(sig.pattern, f"signature {sig.id}", flags, origin.display)
+    except PatternError as exc:
         line, col = origin.at("pattern")
-        problems.append(Problem(origin.display, line, col, "bad-regex", f"pattern does not compile: {exc}"))
+        problems.append(Problem(origin.display, line, col, "bad-regex", str(exc)))
         return None
     groups = set(compiled.groupindex)
     for name in sig.values:
@@ -154,21 +181,25 @@ def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem]) 
 # Loaded knowledge bases by their packs' paths, with the newest modification time seen under
 # them: a changed pack replaces its old entry; a few sets of packs are kept.
 MAX_LOADED = 8
-_loaded: OrderedDict[tuple[str, ...], tuple[tuple[float, ...], KnowledgeBase]] = OrderedDict()
+_loaded: OrderedDict[tuple[str, ...], tuple[tuple[str, ...], KnowledgeBase]] = OrderedDict()
 _loaded_lock = threading.Lock()
 
 
-def _newest(pack: Path) -> float:
-    newest = 0.0
+def _stamp(pack: Path) -> str:
+    """What a pack's files are now: every file's name, size, modification time and inode, hashed. A
+    file changed in place with an older time (a checkout, `cp -p`, an archive unpacked), added or
+    removed changes it, so a changed pack replaces its cached knowledge base."""
+    digest = hashlib.sha256()
     for folder in PACK_FOLDERS[:4]:
         base = pack / folder
         if base.is_dir():
-            for p in base.rglob("*"):
+            for p in sorted(base.rglob("*")):
                 try:
-                    newest = max(newest, p.stat().st_mtime)
+                    info = p.stat()
                 except OSError:
-                    pass
-    return newest
+                    continue
+                digest.update(f"{p}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}\n".encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
 
 
 def resolve_packs(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, include_builtin: bool = True) -> list[Path]:
@@ -192,7 +223,7 @@ def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, in
     """Load the shipped knowledge base plus any extra packs; raises KnowledgeBaseError listing all problems."""
     packs = resolve_packs(rules_dirs, include_builtin=include_builtin)
     key = tuple(str(pack.resolve()) for pack in packs)
-    stamp = tuple(_newest(pack) for pack in packs)
+    stamp = tuple(_stamp(pack) for pack in packs)
     with _loaded_lock:
         cached = _loaded.get(key)
         if cached is not None and cached[0] == stamp:
@@ -220,9 +251,17 @@ def _files(packs: list[Path]) -> list[tuple[str, Path, Path]]:
 
 
 def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
-    """Every signature and rule file, validated. Validated files are cached as JSON keyed by the
-    exact bytes of every file (and the version), so the next process skips the YAML parsing."""
-    files = _files(packs)
+    """Every signature and rule file, validated. Validated files are cached as JSON per pack, keyed
+    by the exact bytes of every file of the pack (and the version), so the next process skips the
+    YAML parsing, and a changed private pack does not make the shipped one be parsed again."""
+    entries: list[tuple[str, Path, Path, Any, Origin]] = []
+    for pack in packs:
+        entries.extend(_parse_pack(pack, problems))
+    return entries
+
+
+def _parse_pack(pack: Path, problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
+    files = _files([pack])
     digest = hashlib.sha256(__version__.encode())
     for _kind, _folder, path in files:
         try:
@@ -242,11 +281,13 @@ def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Pa
         except (OSError, ValueError, TypeError):
             pass  # a stale or damaged cache is just rebuilt
     entries = []
+    found: list[Problem] = []
     for kind, folder, path in files:
-        parsed = _parse(path, YAML_FOLDERS[kind], problems)
+        parsed = _parse(path, YAML_FOLDERS[kind], found)
         if parsed is not None:
             entries.append((kind, folder, path, parsed[0], parsed[1]))
-    if cache is not None and not problems and len(entries) == len(files):
+    problems.extend(found)
+    if cache is not None and not found and len(entries) == len(files):
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
             payload = json.dumps([model.model_dump(mode="json", by_alias=True, exclude_unset=True) for *_rest, model, _origin in entries])
@@ -259,7 +300,9 @@ def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Pa
 
 
 def _load(packs: list[Path]) -> KnowledgeBase:
-    problems: list[Problem] = []
+    problems: list[Problem] = pack_file_problems(packs)
+    if problems:
+        raise KnowledgeBaseError(problems)
     signatures: dict[str, CompiledSignature] = {}
     rules: dict[str, LoadedRule] = {}
     catalog: dict[str, LoadedItem] = {}

@@ -19,14 +19,27 @@ def _yaml() -> YAML:
     return yaml
 
 
+MAX_FILE = 1 << 20  # bytes of one knowledge-base file
+MAX_NODES = 100_000  # values a file expands to, each use of an alias counted again
+MAX_DEPTH = 64
+
+
 def load_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
-    """Parse one YAML file; returns the round-trip tree (with positions) or the problems."""
+    """Parse one YAML file; returns the round-trip tree (with positions) or the problems. A file
+    larger than MAX_FILE, nested deeper than MAX_DEPTH or expanding to more than MAX_NODES values
+    (an alias bomb) is a problem, found before anything walks the tree."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_FILE + 1)
+        if len(data) > MAX_FILE:
+            return None, [Problem(display, 1, 1, "too-large", f"file is larger than {MAX_FILE >> 20} MiB")]
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Problem(display, 1, 1, "unreadable", f"cannot read file: {exc}")]
     try:
-        return _yaml().load(text), []
+        tree = _yaml().load(text)
+    except RecursionError:
+        return None, [Problem(display, 1, 1, "yaml", f"nested more than {MAX_DEPTH} deep")]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
@@ -34,6 +47,42 @@ def load_yaml(path: Path, display: str) -> tuple[Any, list[Problem]]:
         return None, [Problem(display, line, col, "yaml", message or "invalid YAML")]
     except YAMLError as exc:
         return None, [Problem(display, 1, 1, "yaml", str(exc).splitlines()[0])]
+    problem = _expansion_problem(tree)
+    if problem is not None:
+        line, col = problem[0]
+        return None, [Problem(display, line, col, "yaml", problem[1])]
+    return tree, []
+
+
+def _expansion_problem(tree: Any) -> tuple[tuple[int, int], str] | None:
+    """Walk the tree as `plain` would, without recursion, counting every value (an alias as often as
+    it is used): ((line, col), message) when it is an alias bomb (at the top-level value that
+    expands too far, not the anchor it repeats) or nested too deep (at the deepest node)."""
+    nodes = 0
+    stack: list[tuple[Any, int, tuple[int, int] | None]] = [(tree, 0, None)]
+    while stack:
+        node, depth, top = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        children = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        nodes += len(children)
+        where = (node.lc.line + 1, node.lc.col + 1) if isinstance(node, (CommentedMap, CommentedSeq)) else (1, 1)
+        if nodes > MAX_NODES:
+            return top or where, f"the file expands to more than {MAX_NODES} values (an alias used inside an alias, over and over?)"
+        if depth >= MAX_DEPTH:
+            return where, f"nested more than {MAX_DEPTH} deep"
+        for key, child in children:
+            origin = top
+            if origin is None:
+                origin = where
+                if isinstance(node, CommentedMap):
+                    try:
+                        line, col = node.lc.value(key)
+                        origin = (line + 1, col + 1)
+                    except (KeyError, TypeError):
+                        pass
+            stack.append((child, depth + 1, origin))
+    return None
 
 
 def position(tree: Any, loc: tuple[Any, ...]) -> tuple[int, int]:

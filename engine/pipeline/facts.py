@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import io
-import json
 import re
-from collections.abc import Iterable
-from typing import Any
-
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO
 
 from ..base.contract import Evidence
-from ..base.values import coerce_config, plain
+from ..base.values import coerce_config
 from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
 from ..infer.fact import BaseFact
+from ..inputs.configs import read_config
 from ..inputs.discover import Source, Warning
 from ..inputs.failures import KNOWN_PACKAGES, ParsedFailure, TraceFrame
 from ..inputs.stacks import Frame, ThreadStack, odd_one_out, parse_dumps, process_of, read_blocks
 from ..kb.knowledge import KnowledgeBase
-from .scan import ByteStream, FileScan, Tally, extract, failure_template
+from ..kb.regexes import REGEX_TIMEOUT, timed_out
+from .redact import CUT_MARGIN, cut
+from .scan import MAX_TEXT, ByteStream, FileScan, Tally, extract, failure_template
 
 _PIP = re.compile(r"^(?:\[(?:pip\d?|conda)\]\s+)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:\[[^\]]*\])?\s*(?:===?|\s+)\s*(?P<version>\d[\w.+\-!]*)\s*(?:\S+\s*)*$")
 _TORCH = re.compile(r"^PyTorch version:\s*(?P<version>\S+)")
@@ -115,50 +114,14 @@ def echo_facts(scan: FileScan) -> list[BaseFact]:
     return facts
 
 
-def _flatten(node: Any, prefix: str, out: list[tuple[str, Any, int]]) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            line = 0
-            if isinstance(node, CommentedMap):
-                try:
-                    line = node.lc.key(key)[0] + 1
-                except (KeyError, TypeError):
-                    line = 0
-            if isinstance(value, dict):
-                _flatten(value, name, out)
-            elif isinstance(value, (list, CommentedSeq)):
-                scalars = [v for v in value if not isinstance(v, (dict, list))]
-                if len(scalars) == len(value):
-                    out.append((name, tuple(plain(v, text_fallback=True) for v in value), line))
-            else:
-                out.append((name, plain(value, text_fallback=True), line))
-
-
-def config_file_facts(display: str, data: bytes, warnings: list[str]) -> list[BaseFact]:
-    text = data.decode("utf-8", "replace")
-    try:
-        if display.endswith(".toml"):
-            import tomllib
-
-            tree: Any = tomllib.loads(text)
-        else:
-            tree = YAML(typ="rt").load(io.StringIO(text))
-    except Exception as exc:  # noqa: BLE001 - a broken config is a warning; the logs still count
-        try:
-            tree = json.loads(text)
-        except ValueError:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warnings.append(f"config could not be parsed: {first}")
-            return []
-    flat: list[tuple[str, Any, int]] = []
-    _flatten(tree, "", flat)
-    lines = text.splitlines()
+def config_file_facts(display: str, data: bytes | BinaryIO, warnings: list[str]) -> list[BaseFact]:
+    """Config facts of one config file (see `inputs.configs` for how its size and shape are bounded)."""
+    stream = io.BytesIO(data) if isinstance(data, bytes) else data
     facts = []
-    for key, value, line in flat:
-        source_line = lines[line - 1] if 0 < line <= len(lines) else f"{key}: {value}"
-        evidence = (Evidence(path=display, line=max(line, 1), text=source_line, signature=f"config:{key}"),)
-        fields = {"key": key, "name": key.rsplit(".", 1)[-1], "value": value, "path": display, "line": max(line, 1), "source": "file"}
+    for entry in read_config(display, stream, warnings):
+        line = max(entry.line, 1)
+        evidence = (Evidence(path=display, line=line, text=entry.text, signature=f"config:{entry.key}"),)
+        fields = {"key": entry.key, "name": entry.key.rsplit(".", 1)[-1], "value": entry.value, "path": display, "line": line, "source": "file"}
         facts.append(BaseFact("config", fields, evidence))
     return facts
 
@@ -206,9 +169,26 @@ def env_report_facts(display: str, lines: Iterable[tuple[int, str]]) -> list[Bas
     return facts
 
 
-def numbered_lines(stream: ByteStream, limit: int) -> Iterable[tuple[int, str]]:
-    data = stream.read(limit)
-    yield from enumerate(data.decode("utf-8", "replace").splitlines(), start=1)
+def numbered_lines(stream: ByteStream, limit: int, notes: list[str] | None = None) -> Iterator[tuple[int, str]]:
+    """The lines of a stream, numbered, read a block at a time up to `limit` bytes (each line cut to
+    4 KiB); a longer stream gives one note."""
+    pending = b""
+    total = 0
+    number = 0
+    while True:
+        block = stream.read(min(1 << 20, limit - total)) if total < limit else b""
+        total += len(block)
+        pieces = (pending + block).split(b"\n")
+        pending = pieces.pop()
+        if not block and pending:
+            pieces.append(pending)  # the last line, without its newline
+        for raw in pieces:
+            number += 1
+            yield number, raw[:4096].decode("utf-8", "replace")
+        if not block:
+            if total >= limit and stream.read(1) and notes is not None:
+                notes.append(f"environment report larger than {limit >> 20} MiB; read its first {limit >> 20} MiB")
+            return
 
 
 def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
@@ -256,11 +236,11 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
             continue
         try:
             with source.open() as stream:
-                numbered = read_blocks(stream, scan.stack_headers)
+                numbered = read_blocks(stream, scan.stack_headers, keep=MAX_TEXT + CUT_MARGIN)
         except OSError as exc:
             warnings.append(Warning(scan.path, f"stack dump could not be re-read: {exc}"))
             continue
-        texts.update(((scan.path, number), text) for number, text in numbered)
+        texts.update(((scan.path, number), cut(text, MAX_TEXT)) for number, text in numbered)
         kinds[scan.path] = scan.kind.value
         stacks.extend(_crash_dumps_marked(scan, parse_dumps(scan.path, numbered, scan.stack_headers)))
     facts: list[BaseFact] = []
@@ -277,7 +257,12 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
             facts.append(BaseFact("stack", fields, (evidence(top, f"stack:{stack.kind}"),)))
         for sig in frame_signatures:
             for depth, frame in enumerate(stack.frames):
-                match = sig.regex.search(frame.text)
+                try:
+                    match = sig.regex.search(frame.text)
+                except TimeoutError:
+                    if timed_out(sig.regex):
+                        warnings.append(Warning(stack.path, f"line {frame.log_line}: signature {sig.id} gave up after {REGEX_TIMEOUT}s; disabled for the rest of the run"))
+                    break
                 if match is None:
                     continue
                 fields = dict(extract(sig, match))
@@ -326,7 +311,7 @@ def failure_fields(failure: ParsedFailure, path: str, default_process: str) -> d
     innermost = failure.frames[-1] if failure.frames else None
     user = failure.user_frame
     inner_first = list(reversed(failure.frames))[:MAX_TRACE_FRAMES]
-    message = failure.message[:500]
+    message = cut(failure.message, 500)
     return {
         "kind": failure.kind,
         "type": failure.type,
@@ -334,12 +319,12 @@ def failure_fields(failure: ParsedFailure, path: str, default_process: str) -> d
         "wrapper": failure.wrapper,
         "message": message,
         "detail": failure.detail,
-        "summary": f"{failure.qualname}: {message} {failure.detail}".strip()[:1600],
+        "summary": cut(f"{failure.qualname}: {message} {failure.detail}".strip(), 1600),
         "package": failure.package or None,
         "packages": " ".join(dict.fromkeys(f.package for f in inner_first)),
         "trace": " ".join(f"{_short(f.file)}:{f.function}" for f in inner_first),
         # The source lines closest to the failure: the innermost frames' code, or lines pasted without frames.
-        "code": " | ".join([*(f.code for f in inner_first[:3] if f.code), *(t.strip() for _n, t in failure.context_lines)])[:600],
+        "code": cut(" | ".join([*(f.code for f in inner_first[:3] if f.code), *(t.strip() for _n, t in failure.context_lines)]), 600),
         "frame": _where(innermost) if innermost else None,
         "frame_function": innermost.function if innermost else None,
         "user_frame": _where(user, short=False) if user else None,
@@ -354,7 +339,7 @@ def failure_fields(failure: ParsedFailure, path: str, default_process: str) -> d
         "ignored": failure.ignored,
         "path": path,
         "line": failure.line,
-        "text": failure.text[:2000],
+        "text": cut(failure.text, MAX_TEXT),
     }
 
 
@@ -372,7 +357,7 @@ def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Evidence, ...]:
     for number, text in lines:
         if number not in seen and len(out) < 8:
             seen.add(number)
-            out.append(Evidence(path=path, line=number, text=text[:2000], signature="failure"))
+            out.append(Evidence(path=path, line=number, text=cut(text, MAX_TEXT), signature="failure"))
     return tuple(out)
 
 

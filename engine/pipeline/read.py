@@ -9,12 +9,13 @@ import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from ..base.vocabulary import InputKind
 from ..infer.fact import BaseFact
 from ..inputs.discover import MAX_PARSED_FILE, SNIFF_BYTES, Source, Warning, classify, looks_binary
 from ..kb.knowledge import KnowledgeBase
+from ..kb.regexes import patterns_run
 from .facts import config_file_facts, env_report_facts, numbered_lines
 from .progress import streamed
 from .scan import FileScan, Scanner, scanner_for
@@ -43,7 +44,34 @@ class _Rejoined(io.RawIOBase):
         return out
 
 
+class _LineCounter(io.RawIOBase):
+    """Counts the newlines of what is read through it; `rest` reads what is left, counting it."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self.newlines = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1, /) -> bytes:  # type: ignore[override]
+        data = self._raw.read(-1 if size is None else size)
+        self.newlines += data.count(b"\n")
+        return data
+
+    def rest(self) -> int:
+        while self.read(1 << 20):
+            pass
+        return self.newlines
+
+
 def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:
+    # Within a diagnosis, slow patterns are counted across all its files; read alone, in this one.
+    with patterns_run():
+        return _read_source(source, scanner, warnings)
+
+
+def _read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:
     try:
         stream = source.open()
     except OSError as exc:
@@ -67,12 +95,13 @@ def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tu
         notes: list[str] = []
         try:
             if kind is InputKind.config:
-                data = head + stream.read(MAX_PARSED_FILE)
-                facts = config_file_facts(source.display, data, notes)
-                scan = FileScan(source.display, kind, lines=data.count(b"\n"))
+                counting = _LineCounter(cast(BinaryIO, rejoined))
+                facts = config_file_facts(source.display, cast(BinaryIO, counting), notes)
+                scan = FileScan(source.display, kind, lines=counting.rest())
             elif kind is InputKind.env_report:
-                data = head + stream.read(MAX_PARSED_FILE)  # the whole report, not only the sniffed head
-                lines = list(numbered_lines(io.BytesIO(data), MAX_PARSED_FILE + len(head)))
+                # The whole report up to MAX_PARSED_FILE (16 MiB), not only the sniffed head.
+                data = head + stream.read(MAX_PARSED_FILE)
+                lines = list(numbered_lines(io.BytesIO(data), MAX_PARSED_FILE + len(head), notes))
                 facts = env_report_facts(source.display, lines)
                 if _NVIDIA_SMI.search(data[:SNIFF_BYTES]):
                     # nvidia-smi's table also holds what signatures read (memory in use per GPU).

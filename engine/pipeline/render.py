@@ -7,8 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jinja2 import ChoiceLoader, FileSystemLoader, StrictUndefined, select_autoescape
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import StrictUndefined, select_autoescape
 
 from ..base.contract import Diagnosis
 from ..base.values import human_size
@@ -16,14 +15,18 @@ from ..base.vocabulary import BUCKET_TITLES
 from ..infer.fact import Fact
 from ..inputs.failures import package_of
 from ..kb.knowledge import KnowledgeBase, LoadedRule
+from ..kb.sandbox import BoundedSandbox, PackLoader, bounded, render_bounded
 from .html import render_html
 from .reduction import reduction
 from .timeline import RunDetails
 
+REPORT_LIMIT = 64 << 20  # characters of a whole report (its size follows the run's, which is bounded)
+REPORT_SECONDS = 30.0
 
-def _environment(kb: KnowledgeBase) -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        loader=ChoiceLoader([FileSystemLoader(str(p)) for p in kb.template_dirs]),
+
+def _environment(kb: KnowledgeBase) -> BoundedSandbox:
+    env = BoundedSandbox(
+        loader=PackLoader([str(p) for p in kb.template_dirs]),
         undefined=StrictUndefined,
         autoescape=select_autoescape(enabled_extensions=(), default_for_string=False, default=False),
         keep_trailing_newline=False,
@@ -35,7 +38,7 @@ def _environment(kb: KnowledgeBase) -> ImmutableSandboxedEnvironment:
     return env
 
 
-def environment(kb: KnowledgeBase) -> ImmutableSandboxedEnvironment:
+def environment(kb: KnowledgeBase) -> BoundedSandbox:
     """A sandboxed Jinja environment (templates come from rule packs, which are untrusted), built
     once per knowledge base and kept with it."""
     return kb.cache.get("templates", lambda: _environment(kb))
@@ -129,15 +132,14 @@ def template_context(bindings: Mapping[str, Mapping[str, Any]], facts: list[Fact
 def render_fix(kb: KnowledgeBase, loaded: LoadedRule, context: Mapping[str, Any]) -> str:
     env = environment(kb)
     model = loaded.model
-    if model.fix_template:
-        template = env.get_template(model.fix_template)
-    else:
-        template = env.from_string(model.fix or "")
-    return _tidy(template.render(**context))
+    name = model.fix_template
+    template = bounded(lambda: env.get_template(name) if name else env.from_string(model.fix or ""))
+    return _tidy(render_bounded(template, context))
 
 
 def render_string(kb: KnowledgeBase, text: str, context: Mapping[str, Any]) -> str:
-    return _tidy(environment(kb).from_string(text).render(**context))
+    env = environment(kb)
+    return _tidy(render_bounded(bounded(lambda: env.from_string(text)), context))
 
 
 def _tidy(text: str) -> str:
@@ -147,9 +149,10 @@ def _tidy(text: str) -> str:
 
 def render_report(kb: KnowledgeBase, diagnosis: Diagnosis, fmt: str, colour: bool = False) -> str:
     env = environment(kb)
-    template = env.get_template(f"report/report.{'md' if fmt == 'markdown' else 'txt'}.j2")
+    name = f"report/report.{'md' if fmt == 'markdown' else 'txt'}.j2"
+    template = bounded(lambda: env.get_template(name), REPORT_SECONDS)
     styles = _STYLES if colour else {k: "" for k in _STYLES}
-    text = template.render(d=diagnosis, s=styles, bucket_titles=_bucket_titles())
+    text = render_bounded(template, {"d": diagnosis, "s": styles, "bucket_titles": _bucket_titles()}, REPORT_LIMIT, REPORT_SECONDS)
     return _tidy(text) + "\n"
 
 

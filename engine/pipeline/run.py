@@ -16,12 +16,13 @@ from ..infer.results import Inference
 from ..inputs.discover import Source, Warning, discover, sort_key
 from ..kb.knowledge import KnowledgeBase
 from ..kb.load import load_knowledge_base
+from ..kb.regexes import SlowPatterns, patterns_run
 from .assemble import build_diagnosis
 from .facts import echo_facts, failure_facts, hit_facts, run_facts, stack_facts
 from .progress import tracked
 from .rank import Ranking, rank
 from .read import read_sources
-from .redact import redact_model
+from .redact import finish_model
 from .render import FORMATS, format_diagnosis
 from .scan import FileScan, compact, scanner_for
 from .timeline import RunDetails, build_details
@@ -107,6 +108,16 @@ def analyse(
     if not paths:
         raise InputError("no input given")
     kb = kb or load_knowledge_base(rules_dirs)
+    # One run of slow patterns: a signature or `matches:` pattern that times out is disabled for
+    # the rest of this diagnosis (see kb.regexes).
+    with patterns_run(reuse=False) as slow:
+        return _analyse(paths, kb, engine, mode, stdin, redact, jobs, slow, settings, one_run)
+
+
+def _analyse(
+    paths: Sequence[str], kb: KnowledgeBase, engine: str, mode: str, stdin: BinaryIO | None, redact: bool, jobs: int, slow: SlowPatterns,
+    settings: Mapping[str, object] | None, one_run: bool,
+) -> Analysis:
     warnings: list[Warning] = []
     sources = sorted(discover(paths, warnings, stdin=stdin), key=sort_key)
     if not sources:
@@ -145,10 +156,10 @@ def analyse(
             for name, value in sorted(settings.items())
         )
     inference = get_engine(engine).run(kb.program, facts)
+    warnings.extend(Warning(path, message) for path, message in slow.notes)
     ranking = rank(kb, inference)
     diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
-    if redact:
-        diagnosis = redact_model(diagnosis)
+    diagnosis = finish_model(diagnosis, redact)
     return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings, sources, redact)
 
 

@@ -33,14 +33,16 @@ from ..base.vocabulary import InputKind, ValueType
 from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, strip_prefixes, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
+from ..kb.regexes import REGEX_TIMEOUT, timed_out
 from .matcher import CONFIG, REDRAWN, SLOW, TRIGGER, LineMatcher, build_matcher
+from .redact import CONTEXT, CUT_MARGIN, continued, cut_bytes, mask_key_blocks, redact
+from .redact import cut as cut_text
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
 MAX_TEXT = 2000  # evidence text is cut to this many characters
 SAMPLES = 3
 MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
-REGEX_TIMEOUT = 0.25  # seconds one signature may spend on one line
 AGGREGATE_AFTER = 4 << 20  # bytes of a file read before the aggregated path takes over (auto mode)
 MAX_CONFIG = 10_000  # config echoes kept per file
 MAX_RANKS = 4096  # distinct ranks kept per tally
@@ -222,8 +224,9 @@ _MASKS = (
 
 
 def failure_template(text: str) -> str:
-    """The line with what varies between occurrences (times, numbers, ids, paths, ranks) masked."""
-    template = text.strip()
+    """The line with what varies between occurrences (times, numbers, ids, paths, ranks) masked.
+    Secrets go first: masking digits and paths would leave them in shapes redaction cannot see."""
+    template = redact(cut_text(text, 4096)).strip()
     for pattern, replacement in _MASKS:
         template = pattern.sub(replacement, template)
     return template[:200]
@@ -242,6 +245,8 @@ class FailureWindows:
         self.covered = 0  # the last line number any window holds
         self.pending = 0  # lines still wanted after the previous chunk's last window
         self.previous: list[tuple[int, bytes]] = []  # the previous chunk's last lines
+        # (line number, text before it) when a long line was split and this chunk continues it
+        self.split: tuple[int, str] | None = None
 
     def add(self, chunk: bytes, start: int, end: int, number: int, wanted: int = FAILURE_AFTER) -> None:
         """Keep the window around chunk[start:end], which is line `number` (1-based), with `wanted`
@@ -261,7 +266,7 @@ class FailureWindows:
         if stop == len(chunk):  # the window runs on into the next chunk
             self.pending = max(self.pending, wanted - len(after))
         lines = [*numbered[-FAILURE_BEFORE:], (number, chunk[start:end]), *((number + 1 + i, raw) for i, raw in enumerate(after))]
-        window = [(n, raw[: MAX_TEXT if n == number else FAILURE_TEXT].decode("utf-8", "replace")) for n, raw in lines if n > self.covered]
+        window = [(n, self._text(n, raw, MAX_TEXT if n == number else FAILURE_TEXT)) for n, raw in lines if n > self.covered]
         if window:
             self._keep(window)
 
@@ -279,8 +284,13 @@ class FailureWindows:
         """Give a window cut short by the previous chunk's end the lines that follow it."""
         if self.pending and self.covered == base_line:
             head = chunk.split(b"\n", self.pending)[: self.pending]
-            self._keep([(base_line + 1 + i, raw[:FAILURE_TEXT].decode("utf-8", "replace")) for i, raw in enumerate(head)])
+            self._keep([(base_line + 1 + i, self._text(base_line + 1 + i, raw, FAILURE_TEXT)) for i, raw in enumerate(head)])
         self.pending = 0
+
+    def _text(self, number: int, raw: bytes, limit: int) -> str:
+        if self.split is not None and number == self.split[0]:
+            return cut_text(continued(self.split[1], raw[: limit + 2 * CUT_MARGIN].decode("utf-8", "replace")), limit)
+        return cut_bytes(raw, limit)
 
     def chunk_done(self, chunk: bytes, last_line: int) -> None:
         """Remember the chunk's last lines (the last is line `last_line`) for a window that starts at
@@ -298,7 +308,7 @@ class FailureWindows:
         for window in [*self.first, *self.last]:
             for number, text in window:
                 merged.setdefault(number, text)
-        return sorted(merged.items())
+        return mask_key_blocks(sorted(merged.items()))  # a key's body lines are secrets one by one
 
 
 _CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
@@ -380,6 +390,7 @@ class Scanner:
         long_line_warned = False
         streamed = 0
         matcher = self.matcher() if self.aggregate else None
+        split = ""  # the end of the previous piece when a long line was split there
         while True:
             block = stream.read(CHUNK)
             if not block:
@@ -399,19 +410,22 @@ class Scanner:
                     long_line_warned = True
             chunk, carry = buffer[:cut], buffer[cut:]
             if chunk:
+                windows.split = (line_no + 1, split) if split else None
                 windows.chunk_start(chunk, line_no)
-                if matcher is not None:
+                if matcher is not None and not split:
                     line_no += self._aggregate_chunk(matcher, chunk, line_no, kind, result, windows)
-                else:
-                    line_no += self._scan_chunk(chunk, line_no, kind, result, windows)
+                else:  # a piece that continues a split line takes the full path, which joins it to its start
+                    line_no += self._scan_chunk(chunk, line_no, kind, result, windows, split)
                 windows.chunk_done(chunk, line_no if chunk.endswith(b"\n") else line_no + 1)
+                split = "" if chunk.endswith(b"\n") else chunk[-CONTEXT:].decode("utf-8", "replace")
                 tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
         if carry:
+            windows.split = (line_no + 1, split) if split else None
             windows.chunk_start(carry, line_no)
-            if matcher is not None:
+            if matcher is not None and not split:
                 self._aggregate_chunk(matcher, carry, line_no, kind, result, windows)
             else:
-                self._scan_chunk(carry, line_no, kind, result, windows)
+                self._scan_chunk(carry, line_no, kind, result, windows, split)
             line_no += 1
             tail = (tail + carry)[-65536:]
         result.lines = line_no
@@ -424,9 +438,9 @@ class Scanner:
                     record.resolve()
         return result
 
-    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows) -> int:
+    def _scan_chunk(self, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows, split: str = "") -> int:
         """Match the chunk's candidate lines; returns the chunk's number of newlines (each byte is
-        counted once)."""
+        counted once). `split` is the end of the previous piece when the chunk continues a split line."""
         if self.prefilter is None and not self.unfiltered:
             return chunk.count(b"\n")
         counted_to, line_no = 0, base_line
@@ -439,6 +453,8 @@ class Scanner:
             counted_to = start
             raw = chunk[start:end]
             line = raw.decode("utf-8", "replace")
+            if start == 0 and split:
+                line = continued(split, line)  # no half secret from the piece before
             self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
             if FAILURE_TRIGGER.search(line):
                 windows.add(chunk, start, end, line_no + 1)
@@ -842,7 +858,7 @@ class Scanner:
             except TimeoutError:
                 continue
             if match is not None:
-                tally.last = HitRecord(line_no, segment.raw[:MAX_TEXT], segment.rank, match, sig)
+                tally.last = HitRecord(line_no, cut_text(segment.raw, MAX_TEXT), segment.rank, match, sig)
                 return
         raise AssertionError(f"the aggregated path counted a hit of {sig.id} that its pattern does not match on line {line_no}")
 
@@ -868,12 +884,13 @@ class Scanner:
                 try:
                     match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
                 except TimeoutError:
-                    result.warnings.append(f"line {line_no}: signature {sig.id} gave up after {REGEX_TIMEOUT}s")
+                    if timed_out(sig.regex):  # once per run; it matches nothing from now on
+                        result.warnings.append(f"line {line_no}: signature {sig.id} gave up after {REGEX_TIMEOUT}s; disabled for the rest of the run")
                     continue
                 if match is None:
                     continue
                 explained = True
-                record = HitRecord(line_no, segment.raw[:MAX_TEXT], segment.rank, match, sig)
+                record = HitRecord(line_no, cut_text(segment.raw, MAX_TEXT), segment.rank, match, sig)
                 key = sig.id
                 if sig.model.distinct:
                     values = extract(sig, match)
@@ -890,11 +907,11 @@ class Scanner:
                 if known is not None:
                     known.count += segment.repeat
                 elif len(result.unexplained) < MAX_UNEXPLAINED:
-                    result.unexplained[template] = Unexplained(template, segment.repeat, line_no, segment.raw[:MAX_TEXT])
+                    result.unexplained[template] = Unexplained(template, segment.repeat, line_no, cut_text(segment.raw, MAX_TEXT))
             if self.config_re is not None:
                 for match in self.config_re.finditer(segment.text):
                     if len(result.config) < 10_000:
-                        result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, segment.raw[:MAX_TEXT]))
+                        result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, cut_text(segment.raw, MAX_TEXT)))
 
 
 _COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a line

@@ -39,7 +39,7 @@ from ..inputs.discover import Source
 from ..inputs.failures import strip_headers
 from ..inputs.normalize import ANSI, timestamp
 from ..inputs.stacks import RANK_IN_NAME
-from .redact import MASK, redact
+from .redact import CUT_MARGIN, MASK, cut, redact
 from .scan import FileScan
 
 # --- limits: a 256-rank run stays a page a browser opens at once ------------------------------------
@@ -248,7 +248,8 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
 
 
 def _text(raw: bytes) -> str:
-    return clean(raw[: TEXT * 4].decode("utf-8", "replace").rstrip("\r"))[:TEXT]
+    # Cut where no secret is split: the excerpt is redacted after the cut.
+    return cut(clean(raw[: TEXT * 4 + CUT_MARGIN].decode("utf-8", "replace").rstrip("\r")), TEXT)
 
 
 def _last_segment(raw: bytes) -> bytes:

@@ -28,6 +28,7 @@ import multiprocessing
 import os
 import re
 import signal
+import stat
 import tempfile
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -36,7 +37,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+from pydantic import ValidationError
+
+from ..base.contract import Diagnosis
 from ..base.errors import InputError, KnowledgeBaseError
+from ..base.text import printable
 from ..inputs.filetypes import is_log, is_run_archive
 from ..inputs.walk import folders
 from ..kb.knowledge import KnowledgeBase
@@ -44,12 +49,14 @@ from ..kb.load import load_knowledge_base
 from ..pipeline import progress
 from ..pipeline.html import index_entry, index_page, render_index
 from ..pipeline.redact import redact as redact_text
+from ..pipeline.redact import redact_path
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import Analysis, analyse
 
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err")
 COMPRESSION = (".gz", ".bz2", ".xz", ".zst", ".zstd")
 SHOWN = 20  # runs listed by name in the summary; the JSONL has them all
+MAX_RESULT_LINE = 64 << 20  # a results line longer than this was not written by a batch
 
 
 @dataclass(frozen=True)
@@ -148,6 +155,16 @@ def runs_of(root_or_list: str, exclude: Iterable[str] = ()) -> list[Run]:
 # --- diagnosing one run ---------------------------------------------------------------------
 
 
+def shown_run(run: str, redact: bool) -> str:
+    """A run's path as its JSON line names it: redacted like everything else, printable."""
+    return printable(redact_path(run) if redact else run)
+
+
+def shown_text(text: str, redact: bool) -> str:
+    """An error message as a JSON line carries it: redacted, printable."""
+    return printable(redact_text(text) if redact else text)
+
+
 def page_name(run: str, redact: bool = True) -> str:
     """The file name of a run's page in a batch's html folder: readable, and unique per run."""
     shown = redact_text(run) if redact else run
@@ -186,13 +203,11 @@ def write_index(folder: str, runs: Sequence[str], records: dict[str, dict[str, A
     """`folder`/index.html: bucket counts and a sortable table of the runs, each linked to its page."""
     entries = []
     for run in runs:
-        record = records.get(run)
+        record = records.get(shown_run(run, redact))
         if record is None:
             continue
         name = page_name(run, redact)
         entry = index_entry(record, name if os.path.exists(os.path.join(folder, name)) else None)
-        if redact:
-            entry.run = redact_text(entry.run)
         entries.append(entry)
     path = os.path.join(folder, "index.html")
     _replace(path, render_index(kb, index_page(entries), redact_text(title) if redact else title))
@@ -211,14 +226,13 @@ def line_for(run: str, rules_dirs: Sequence[str], redact: bool, kb: KnowledgeBas
         analysis = analyse([run], rules_dirs=rules_dirs, kb=kb, redact=redact)
         if html is not None:
             write_page(html, run, analysis, redact)
-        record = {"run": run, **analysis.diagnosis.model_dump(mode="json")}
+        record = {"run": shown_run(run, redact), **analysis.diagnosis.model_dump(mode="json")}
     except KnowledgeBaseError:
         raise  # not this run's fault: every run would fail the same way
     except InputError as exc:
-        record = {"run": run, "error": redact_text(str(exc)) if redact else str(exc)}
+        record = {"run": shown_run(run, redact), "error": shown_text(str(exc), redact)}
     except Exception as exc:  # noqa: BLE001 - one odd run must not stop a batch of thousands
-        message = f"{type(exc).__name__}: {exc}"
-        record = {"run": run, "error": redact_text(message) if redact else message}
+        record = {"run": shown_run(run, redact), "error": shown_text(f"{type(exc).__name__}: {exc}", redact)}
     # ASCII keeps undecodable file names (surrogate escapes) writable and the bytes stable.
     return json.dumps(record, ensure_ascii=True, separators=(",", ":"))
 
@@ -275,7 +289,7 @@ def _ray_line(run: str, rules_dirs: Sequence[str], redact: bool, cwd: str, html:
     except OSError as exc:
         if not os.path.isabs(run):
             message = f"{cwd}: driver's working directory not readable on this Ray worker: {exc.strerror or exc}"
-            return json.dumps({"run": run, "error": message}, ensure_ascii=True, separators=(",", ":"))
+            return json.dumps({"run": shown_run(run, redact), "error": shown_text(message, redact)}, ensure_ascii=True, separators=(",", ":"))
     progress.silence()
     return line_for(run, rules_dirs, redact, html=html)
 
@@ -303,7 +317,7 @@ def _ray_lines(runs: Sequence[str], rules_dirs: Sequence[str], redact: bool, htm
                 line = ray.get(ref)
             except ray.exceptions.RayError as exc:  # the worker died (OOM, node lost …)
                 message = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                line = json.dumps({"run": run, "error": redact_text(message) if redact else message}, ensure_ascii=True, separators=(",", ":"))
+                line = json.dumps({"run": shown_run(run, redact), "error": shown_text(message, redact)}, ensure_ascii=True, separators=(",", ":"))
             following = next(pending, None)
             if following is not None:
                 window.append((following, task.remote(following, tuple(rules_dirs), redact, cwd, html)))
@@ -330,6 +344,11 @@ class Output:
             self._open(path)
 
     def _open(self, path: str) -> None:
+        if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            # A FIFO or device would block the resume read, or take results nobody can resume from.
+            raise InputError(f"{path}: not a regular file; batch results go to a regular file it can resume from")
+        if os.path.islink(path) and not os.path.exists(path):
+            raise InputError(f"{path}: a broken symbolic link (not followed)")
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -350,21 +369,30 @@ class Output:
         self._fd = fd
 
     def _resume(self, fd: int, path: str) -> None:
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        data = b"".join(chunks)
-        end = data.rfind(b"\n") + 1
-        lines = data[:end].split(b"\n")[:-1]
-        for number, raw in enumerate(lines, 1):
-            if not raw.strip():
-                continue
-            record = _record(raw)
-            if record is None:
-                # Not something a batch wrote: appending to (or cutting) it could destroy data.
-                raise InputError(f"{path}:{number}: not a batch result line; refusing to write to this file")
-            self.done.setdefault(record["run"], record)
-        tail = data[end:]
+        # Read line by line (a results file of 100,000 runs is not held whole), and only what the
+        # summary needs of each line is kept.
+        end = 0  # offset just past the last complete line
+        number = 0
+        tail = b""
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            while True:
+                raw = handle.readline(MAX_RESULT_LINE + 1)
+                if not raw:
+                    break
+                if not raw.endswith(b"\n"):
+                    if len(raw) > MAX_RESULT_LINE:
+                        raise InputError(f"{path}:{number + 1}: line longer than {MAX_RESULT_LINE >> 20} MiB is not a batch result line; refusing to write to this file")
+                    tail = raw
+                    break
+                number += 1
+                end += len(raw)
+                if not raw.strip():
+                    continue
+                record = _record(raw)
+                if record is None:
+                    # Not something a batch wrote: appending to (or cutting) it could destroy data.
+                    raise InputError(f"{path}:{number}: not a batch result line; refusing to write to this file")
+                self.done.setdefault(record["run"], record)
         if not tail:
             return
         record = _record(tail)
@@ -373,7 +401,7 @@ class Output:
             os.lseek(fd, 0, os.SEEK_END)
             self._write(fd, b"\n")
             return
-        if not lines and not tail.startswith(b"{"):
+        if not number and not tail.startswith(b"{"):
             raise InputError(f"{path}: not a batch results file; refusing to write to this file")
         # The line being written when the last batch was stopped: its run is diagnosed again.
         os.ftruncate(fd, end)
@@ -403,13 +431,39 @@ class Output:
 
 
 def _record(raw: bytes) -> dict[str, Any] | None:
+    """What the summary needs of a results line, or None when the line is not one a batch writes:
+    `run` and `error`, or `run` and a diagnosis that validates against the output contract."""
     try:
         record = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    if isinstance(record, dict) and isinstance(record.get("run"), str):
+    if not isinstance(record, dict) or not isinstance(record.get("run"), str):
+        return None
+    if "error" in record:
+        if set(record) != {"run", "error"} or not isinstance(record["error"], str):
+            return None
         return record
-    return None
+    try:
+        Diagnosis.model_validate({k: v for k, v in record.items() if k != "run"})
+    except (ValidationError, RecursionError):
+        return None
+    return summary_view(record)
+
+
+def summary_view(record: dict[str, Any]) -> dict[str, Any]:
+    """The part of a results line the summary reads."""
+    if "error" in record:
+        return {"run": record["run"], "error": record["error"]}
+    causes = record.get("causes") or []
+    top = {k: causes[0].get(k) for k in ("rule", "title", "score")} if causes else None
+    boundary = record.get("boundary") or {}
+    return {
+        "run": record["run"],
+        "primary_bucket": record.get("primary_bucket"),
+        "symptom": record.get("symptom"),
+        "boundary": {k: boundary.get(k) for k in ("last_completed", "first_missing")},
+        "causes": [top] if top else [],
+    }
 
 
 # --- the summary ----------------------------------------------------------------------------
@@ -494,7 +548,7 @@ def run_batch(
     if html is not None:
         index = write_index(html, [r.path for r in runs], records, kb, redact, f"rltriage batch — {root_or_list}")
         notice(f"html: one page per run, and {index}")
-    return summary([r.path for r in runs], records, resumed)
+    return summary([shown_run(r.path, redact) for r in runs], records, resumed)
 
 def _write_all(
     runs: list[Run],
@@ -512,8 +566,10 @@ def _write_all(
         notice(note)
     if not runs:
         notice(f"warning: {root_or_list}: no runs found")
-    resumed = sum(1 for r in runs if r.path in out.done)
-    todo = [r for r in runs if r.path not in out.done]
+    # Lines name runs as they are shown (redacted), so resuming matches them by that name.
+    shown = {r.path: shown_run(r.path, redact) for r in runs}
+    resumed = sum(1 for r in runs if shown[r.path] in out.done)
+    todo = [r for r in runs if shown[r.path] not in out.done]
     records = dict(out.done)
     bar = progress.Progress(sum(r.bytes for r in todo), sum(r.files for r in todo), len(todo))
     try:
@@ -522,7 +578,7 @@ def _write_all(
         try:
             for run, line in zip(todo, lines, strict=True):
                 out.write(line)
-                records[run.path] = json.loads(line)
+                records[shown[run.path]] = summary_view(json.loads(line))
                 bar.advance(run.bytes, run.files, 1)
         finally:
             lines.close()  # stops the workers now, not whenever the generator is collected

@@ -102,7 +102,10 @@ def check_signature_examples(sig: CompiledSignature, kb: KnowledgeBase) -> list[
 
     def hits(line: str, kind: InputKind) -> list[dict[str, object]]:
         if sig.model.scope == "frame":
-            match = sig.regex.search(line.strip())
+            try:
+                match = sig.regex.search(line.strip())
+            except TimeoutError:
+                return []
             return [extract(sig, match)] if match else []
         scan = scanner.scan("example", kind, io.BytesIO(line.encode("utf-8") + b"\n"))
         return [dict(t.first.values) for t in scan.tallies.values() if t.signature == sig.id and t.first is not None]

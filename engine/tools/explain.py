@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..base.text import printable
 from ..base.vocabulary import Bucket
 from ..infer.fact import Fact
 from ..infer.results import Firing, Inference
@@ -12,6 +13,7 @@ from ..infer.semantics import check_passes, literal_match, negation_blocker, ref
 from ..kb.compile import CompiledPattern, CompiledRule
 from ..pipeline.collect import describe, plan
 from ..pipeline.rank import combine
+from ..pipeline.redact import cut, redact
 from ..pipeline.run import Analysis
 
 # Facts every run has (the run itself, its inputs, the stage table): matching one says nothing
@@ -39,9 +41,9 @@ def _miss(rule: CompiledRule, bucket: str | None, matched: int, lacked: str) -> 
 def _describe_fact(fact: Fact) -> str:
     where = f" {fact.evidence[0].path}:{fact.evidence[0].line}" if fact.evidence else ""
     if fact.type == "hit":
-        return f"hit {fact.get('signature')}{where}"
+        return printable(f"hit {fact.get('signature')}{where}")
     fields = ", ".join(f"{k}={v}" for k, v in sorted(fact.fields.items()) if k not in ("path", "line", "text"))
-    return f"{fact.type}({fields}){where}"
+    return printable(f"{fact.type}({fields}){where}")
 
 
 def _partial(rule: CompiledRule, facts: list[Fact], upto: int) -> Iterator[dict[str, Fact]]:
@@ -103,8 +105,9 @@ def _chain(firing: Firing, inference: Inference, depth: int, seen: set[int], lin
             _chain(producer, inference, depth + 2, seen, lines)
 
 
-def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = None) -> str:
-    """The ranking explained; raises ValueError for a cause id no rule has or an unknown bucket."""
+def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = None, redacting: bool = True) -> str:
+    """The ranking explained as text; secrets redacted (unless `redacting` is off) before anything is
+    cut. Raises ValueError for a cause id no rule has or an unknown bucket."""
     inference = analysis.inference
     program = analysis.kb.program
     if cause is not None and not any(rule.id == cause for rule in program.rules):
@@ -127,14 +130,14 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
             firing = next(f for f in inference.firings if f.cause == item.rule and f.rule == contribution.rule)
             _chain(firing, inference, 1, set(), lines)
         for ev in item.evidence:
-            lines.append(f"  evidence {ev.path}:{ev.line}  {ev.text.strip()[:160]}")
+            lines.append(f"  evidence {printable(ev.path)}:{ev.line}  {printable(cut(ev.text.strip(), 160))}")
         lines.append("")
     if cause is not None and not targets:
         lines.append(f"{cause} is not among the ranked causes.")
     for record in analysis.ranking.suppressed:
         # Every guard is shown under --bucket: a suppressed cause no longer has a bucket to filter on.
         if cause is None or record.target == cause:
-            lines.append(f"guard {record.rule} suppressed {record.target}: {record.reason}")
+            lines.append(f"guard {record.rule} suppressed {record.target}: {printable(record.reason)}")
     fired = {f.rule for f in inference.firings}
     misses = []
     for rule in program.rules:
@@ -159,5 +162,7 @@ def explain(analysis: Analysis, cause: str | None = None, bucket: str | None = N
         described = list(describe(evidence_plan))
         if described:
             lines.append("")
-            lines.extend(described)
-    return "\n".join(lines).rstrip() + "\n"
+            lines.extend(printable(line) for line in described)
+    text = "\n".join(lines).rstrip() + "\n"
+    # Line by line: a key block cut off in one evidence line must not swallow the lines after it.
+    return "\n".join(redact(line) for line in text.split("\n")) if redacting else text

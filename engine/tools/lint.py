@@ -14,10 +14,13 @@ from typing import Any
 from ..base.errors import KnowledgeBaseError, Problem
 from ..base.vocabulary import BASE_FACTS, Status, ValueType
 from ..kb.checks import check, run_checks
-from ..kb.compile import SANDBOX, CompiledPattern, rule_patterns
+from ..kb.compile import SANDBOX, CompiledPattern, produced_types, rule_patterns
 from ..kb.knowledge import CompiledSignature, KnowledgeBase, LoadedRule
 from ..kb.literals import group_sets
 from ..kb.load import load_knowledge_base
+from ..kb.models import Operators
+from ..kb.regexes import BoundedPattern
+from ..kb.sandbox import TemplateLimit, bounded, evaluate, render_bounded
 from ..pipeline.render import environment, template_context
 from .expectations import check_signature_examples
 
@@ -80,7 +83,11 @@ def check_examples(kb: KnowledgeBase) -> Iterable[Problem]:
 
 
 def _pathological_inputs(sig: CompiledSignature) -> list[str]:
-    seeds = list(sig.literals or ()) + [""]
+    return _pathological_texts(list(sig.literals or ()))
+
+
+def _pathological_texts(literals: list[str]) -> list[str]:
+    seeds = literals + [""]
     inputs = []
     for seed in seeds:
         # Short runs expose exponential backtracking, long runs polynomial; the NUL makes the match fail late.
@@ -92,29 +99,42 @@ def _pathological_inputs(sig: CompiledSignature) -> list[str]:
     return inputs
 
 
-def _search_seconds(sig: CompiledSignature, text: str) -> float:
+def _search_seconds(pattern: BoundedPattern, text: str) -> float:
     """The processor time one search takes (not wall time, which other processes on a busy machine
     stretch); the wall-clock timeout only stops a search that would never end."""
     start = time.process_time()
     try:
-        sig.regex.search(text, timeout=10 * REGEX_BOUND_SECONDS)
+        pattern.search(text, timeout=10 * REGEX_BOUND_SECONDS)
     except TimeoutError:
         pass
     return time.process_time() - start
 
 
+def _slow(pattern: BoundedPattern, inputs: list[str]) -> bool:
+    # A slow pattern is slow every time; a busy machine only sometimes. The fastest of a few tries
+    # is the pattern's own cost (a try is repeated only when the first one was slow).
+    return any(all(_search_seconds(pattern, text) >= REGEX_BOUND_SECONDS for _try in range(REGEX_TRIES)) for text in inputs)
+
+
 @check("lint")
 def check_regex_cost(kb: KnowledgeBase) -> Iterable[Problem]:
     for sig in kb.signatures.values():
-        for text in _pathological_inputs(sig):
-            # A slow pattern is slow every time; a busy machine only sometimes. The fastest of a few
-            # tries is the pattern's own cost (a try is repeated only when the first one was slow).
-            if all(_search_seconds(sig, text) >= REGEX_BOUND_SECONDS for _try in range(REGEX_TRIES)):
-                line, col = sig.origin.at("pattern")
-                yield Problem(
-                    sig.origin.display, line, col, "slow-regex", f"pattern took over {REGEX_BOUND_SECONDS}s on a pathological line; remove nested or overlapping quantifiers"
-                )
-                break
+        if _slow(sig.regex, _pathological_inputs(sig)):
+            line, col = sig.origin.at("pattern")
+            yield Problem(
+                sig.origin.display, line, col, "slow-regex", f"pattern took over {REGEX_BOUND_SECONDS}s on a pathological line; remove nested or overlapping quantifiers"
+            )
+    # `matches:` patterns run over fact values with the same timeout, so they are held to the same bound.
+    for loaded in kb.rules:
+        slots, negatives = rule_patterns(loaded.model, loaded.origin.display)
+        for section, index, pattern in loaded.model.when.patterns():
+            for field_name, constraint in pattern.where.items():
+                if not isinstance(constraint, Operators) or not isinstance(constraint.matches, str) or constraint.matches.startswith("$"):
+                    continue
+                compiled = next((c.pattern for s in [*slots, tuple(negatives)] for p in s for c in p.checks if c.op == "matches" and c.value == constraint.matches), None)
+                if compiled is not None and _slow(compiled, _pathological_texts([])):
+                    line, col = loaded.origin.at("when", section, index, "where", field_name, "matches")
+                    yield Problem(loaded.origin.display, line, col, "slow-regex", f"matches pattern took over {REGEX_BOUND_SECONDS}s on a pathological value; remove nested or overlapping quantifiers")
 
 
 def _sample(kind: ValueType | None) -> Any:
@@ -211,8 +231,12 @@ def check_templates(kb: KnowledgeBase) -> Iterable[Problem]:
                 errors = []
                 for bindings in viable:
                     try:
-                        template = env.get_template(name) if name else env.from_string(text or "")
-                        template.render(**template_context(bindings, []))
+                        template = bounded(lambda name=name, text=text: env.get_template(name) if name else env.from_string(text or ""))  # type: ignore[misc]
+                        render_bounded(template, template_context(bindings, []))
+                        break
+                    except TemplateLimit as exc:
+                        # A limit is not a matter of which fields the rule sees: no other try.
+                        failures.setdefault(loc, f"{type(exc).__name__}: {exc}")
                         break
                     except Exception as exc:  # noqa: BLE001 - any render failure is the contributor's to fix
                         errors.append(f"{type(exc).__name__}: {exc}")
@@ -226,7 +250,7 @@ def check_templates(kb: KnowledgeBase) -> Iterable[Problem]:
 def _tests_hold(loaded: LoadedRule, bindings: dict[str, dict[str, Any]]) -> bool:
     for text in loaded.model.when.test:
         try:
-            if not SANDBOX.compile_expression(text)(**bindings):
+            if not evaluate(bounded(lambda text=text: SANDBOX.compile_expression(text)), bindings):  # type: ignore[misc]
                 return False
         except Exception:  # noqa: BLE001
             return False
@@ -276,3 +300,37 @@ def check_placeholders(kb: KnowledgeBase) -> Iterable[Problem]:
             col = line.find(PLACEHOLDER)
             if col >= 0:
                 yield Problem(origin.display, line_no, col + 1, "placeholder", "scaffold placeholder left in; fill it in")
+
+
+@check("lint")
+def check_growing_derivations(kb: KnowledgeBase) -> Iterable[Problem]:
+    """A rule that computes a field (a template) of a fact type it also needs, directly or through
+    other rules, can derive ever new values: a chain that never reaches a fixpoint, or doubles a
+    text until memory runs out. Copying fields (`$alias.field`) cannot grow and is allowed."""
+    needs: dict[str, set[str]] = {}  # fact type -> types the rules deriving it consume
+    for loaded in kb.rules:
+        consumed = {p.fact for _s, _i, p in loaded.model.when.patterns()}
+        for fact_type in produced_types(loaded.model):
+            needs.setdefault(fact_type, set()).update(consumed)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            current = todo.pop()
+            if current == goal:
+                return True
+            if current not in seen:
+                seen.add(current)
+                todo.extend(needs.get(current, ()))
+        return False
+
+    for loaded in kb.rules:
+        consumed = {p.fact for _s, _i, p in loaded.model.when.patterns()}
+        for index, action in enumerate(loaded.model.then.derive):
+            computed = sorted(name for name, value in action.fields.items() if isinstance(value, str) and "{{" in value)
+            if computed and any(reaches(t, action.fact) for t in consumed):
+                line, col = loaded.origin.at("then", "derive", index, "fields", computed[0])
+                yield Problem(
+                    loaded.origin.display, line, col, "growing-derive",
+                    f"field '{computed[0]}' of '{action.fact}' is computed from facts that '{action.fact}' itself leads to: the chain can grow without end",
+                )

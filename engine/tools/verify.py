@@ -23,7 +23,7 @@ from ..base.markers import BAR_COUNT, MARKER_SIGNATURE, step_markers
 from ..base.vocabulary import Symptom
 from ..infer.fact import Fact
 from ..pipeline.assemble import SUCCESS_CRITERIA
-from ..pipeline.redact import redact
+from ..pipeline.redact import cut, finish_model
 from ..pipeline.run import analyse
 
 CHECK_NAMES = ("first_step_completed", "progress_advanced", "step_time_logged", "reward_computed", "no_failure")
@@ -88,9 +88,9 @@ _STEP_LINE = re.compile(r"(?<![\w/])step[: ](?P<step>\d+)(?: - | \| \{|: policy 
 
 
 def _evidence(ev: Evidence, detail: str | None = None) -> VerifyEvidence:
-    text = redact(ev.text.strip())
+    text = ev.text.strip()
     if len(text) > _MAX_TEXT:
-        text = text[: _MAX_TEXT - 1] + "…"
+        text = cut(text, _MAX_TEXT - 1) + "…"
     return VerifyEvidence(path=ev.path, line=ev.line, text=text, detail=detail)
 
 
@@ -179,7 +179,7 @@ def _progress(facts: list[Fact]) -> VerifyCheck:
     if unique:
         return VerifyCheck(name=CHECK_NAMES[1], criterion=criterion, passed=True, evidence=[unique[k] for k in sorted(unique)][:_MAX_EVIDENCE])
     if last_bar is not None:
-        missing = f"the progress bar never left 0 ({last_bar.path}:{last_bar.line}: {redact(last_bar.text.strip())[:_MAX_TEXT]})"
+        missing = f"the progress bar never left 0 ({last_bar.path}:{last_bar.line}: {cut(last_bar.text.strip(), _MAX_TEXT)})"
     else:
         missing = "no progress bar past 0, no step metric line and no step_completed marker in the logs"
     return VerifyCheck(name=CHECK_NAMES[1], criterion=criterion, passed=False, missing=missing)
@@ -261,8 +261,8 @@ def _reward(facts: list[Fact], boundary: Fact | None) -> VerifyCheck:
 
 
 def _cited(path: str, line: int, text: str) -> VerifyEvidence:
-    text = redact(text.strip())
-    return VerifyEvidence(path=path, line=line, text=text[: _MAX_TEXT - 1] + "…" if len(text) > _MAX_TEXT else text)
+    text = text.strip()
+    return VerifyEvidence(path=path, line=line, text=cut(text, _MAX_TEXT - 1) + "…" if len(text) > _MAX_TEXT else text)
 
 
 def _no_failure(diagnosis: Diagnosis) -> VerifyCheck:
@@ -274,7 +274,7 @@ def _no_failure(diagnosis: Diagnosis) -> VerifyCheck:
         where = f" in {first.process}" if first.process else ""
         return VerifyCheck(
             name=CHECK_NAMES[4], criterion=NO_FAILURE, passed=False,
-            evidence=[_cited(first.path, first.line, what)], missing=f"{first.path}:{first.line}: {redact(what)[:_MAX_TEXT]}{where}{more}",
+            evidence=[_cited(first.path, first.line, what)], missing=f"{first.path}:{first.line}: {cut(what, _MAX_TEXT)}{where}{more}",
         )
     if diagnosis.symptom in _FAILED_SYMPTOMS:
         cause = next((c for c in diagnosis.causes if c.evidence and not c.blocking), None)
@@ -300,7 +300,7 @@ def _cause_gone(earlier: Diagnosis, rerun: Diagnosis) -> list[VerifyCheck]:
             checks.append(VerifyCheck(name=f"cause_gone:{cause.rule}", criterion=criterion, passed=True))
             continue
         ev = again.evidence[0] if again.evidence else None
-        missing = f"{cause.rule} is found again" + (f" at {ev.path}:{ev.line}: {redact(ev.text.strip())[:_MAX_TEXT]}" if ev else "")
+        missing = f"{cause.rule} is found again" + (f" at {ev.path}:{ev.line}: {cut(ev.text.strip(), _MAX_TEXT)}" if ev else "")
         checks.append(
             VerifyCheck(
                 name=f"cause_gone:{cause.rule}", criterion=criterion, passed=False,
@@ -316,14 +316,16 @@ def verify(
     rules_dirs: Iterable[str | os.PathLike[str]] = (),
     stdin: Any = None,
     against: Diagnosis | None = None,
+    redacting: bool = True,
 ) -> VerifyResult:
-    """Check logs of a rerun against the success criteria. Never prints and never exits.
+    """Check logs of a rerun against the success criteria. Never prints and never exits; secrets are
+    redacted from every string of the result (paths and warnings too) unless asked.
 
     `against` is the diagnosis of the earlier run: its first-ranked cause must not be found again,
     and the criteria it listed beyond the generic ones are returned in `also_confirm`.
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
-    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, stdin=stdin)
+    analysis = analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, stdin=stdin, redact=redacting)
     facts = analysis.inference.facts
     boundary = next((f for f in facts if f.type == "boundary"), None)
     checks = [_first_step(facts, boundary), _progress(facts), _step_time(facts), _reward(facts, boundary), _no_failure(analysis.diagnosis)]
@@ -331,13 +333,14 @@ def verify(
     if against is not None:
         checks += _cause_gone(against, analysis.diagnosis)
         also = [line for line in against.verification if line not in SUCCESS_CRITERIA]
-    return VerifyResult(
+    result = VerifyResult(
         passed=all(c.passed for c in checks),
         checks=checks,
         inputs=[s.path for s in analysis.scans],
         warnings=[f"{w.path}: {w.message}" for w in analysis.warnings],
         also_confirm=also,
     )
+    return finish_model(result, redacting)
 
 
 def format_text(result: VerifyResult) -> str:

@@ -78,6 +78,7 @@ from typing import Generic, TypeVar
 
 from ..base.errors import InputError
 from ..base.markers import BAR_COUNT, STAGE_MARKER
+from ..base.text import printable
 from ..base.vocabulary import Symptom
 from ..inputs.discover import SNIFF_BYTES, looks_binary
 from ..inputs.failures import (
@@ -94,6 +95,7 @@ from ..inputs.failures import (
 from ..inputs.normalize import ANSI, REPEATED
 from ..inputs.walk import folders
 from ..kb.load import load_knowledge_base
+from ..pipeline.redact import cut, redact
 from ..pipeline.render import format_diagnosis
 from ..pipeline.run import Analysis, analyse
 
@@ -310,7 +312,7 @@ class Watcher:
             # A bar redraw stays unterminated until the next redraw; its counter is judged now.
             text = tail.partial.decode("utf-8", "replace")
             if self.judge.counter(text, tail.path):
-                result.progress = f"{tail.path}: {text.strip()[:120]}"
+                result.progress = f"{tail.path}: {cut(text.strip(), 120)}"
 
     def _feed(self, tail: Tail, data: bytes, result: PollResult, on_line: Callable[[Verdict, str], None] | None) -> None:
         pieces = _split_lines(tail.partial + data)
@@ -338,9 +340,9 @@ class Watcher:
         if on_line is not None:
             on_line(verdict, line)
         if verdict is Verdict.finished:
-            result.finished = f"{tail.path}: {line.strip()[:120]}"
+            result.finished = f"{tail.path}: {cut(line.strip(), 120)}"
         elif verdict is Verdict.progress:
-            result.progress = f"{tail.path}: {line.strip()[:120]}"
+            result.progress = f"{tail.path}: {cut(line.strip(), 120)}"
         else:
             result.noise += 1
 
@@ -468,12 +470,18 @@ def watch(
     status: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    redacting: bool = True,
 ) -> WatchOutcome:
     """Follow the run until it finishes, stalls, crashes or (with `pids`) exits; on a stall, run
     `on_stall` and diagnose; on a crash or exit, diagnose at once.
 
-    What happens along the way goes to `status`, one message at a time; nothing is printed.
+    What happens along the way goes to `status`, one message at a time, redacted (unless
+    `redacting` is off) and printable; nothing is printed.
     """
+
+    def say(message: str) -> None:
+        status(printable(redact(message) if redacting else message))
+
     for given in paths:
         if not os.path.exists(given):
             raise InputError(f"{given}: no such file or folder")
@@ -482,7 +490,7 @@ def watch(
     watcher = Watcher(paths)
     first = watcher.poll()  # learn what is already there; it is history, not progress
     if first.finished:
-        status(f"run already finished: {first.finished}")
+        say(f"run already finished: {first.finished}")
         return WatchOutcome()
     # A run that already died is diagnosed at the next poll, not waited on.
     suspect: str | None = first.failure
@@ -491,7 +499,7 @@ def watch(
     started = last_progress = last_activity = clock()
     last_where = "nothing yet (clock started with the watcher)"
     noise = 0
-    status(
+    say(
         f"watching {len(watcher.tails)} file(s) under {', '.join(paths)}; "
         f"stalled after {stall_after:g} s without progress, polling every {poll:g} s"
         + (f"; process(es) {' '.join(map(str, pids))}" if pids else "")
@@ -499,14 +507,14 @@ def watch(
     while True:
         sleep(poll)
         if not watcher.any_path_exists():
-            status("every watched path is gone; stopping")
+            say("every watched path is gone; stopping")
             return WatchOutcome()
         result = watcher.poll()
         now = clock()
         for path in result.new_files:
-            status(f"following new file {path}")
+            say(f"following new file {path}")
         if result.finished:
-            status(f"run finished: {result.finished}")
+            say(f"run finished: {result.finished}")
             return WatchOutcome()
         if suspect is None and result.failure is not None and now >= recheck_after:
             suspect, suspect_polls = result.failure, 0
@@ -515,15 +523,15 @@ def watch(
             # Diagnose once the lines after the failure have arrived (a poll with no new failure
             # line), or after a few polls of a failure that keeps printing.
             if result.failure is None or suspect_polls >= 3:
-                analysis = analyse(list(paths), rules_dirs=rules_dirs, kb=kb)
+                analysis = analyse(list(paths), rules_dirs=rules_dirs, kb=kb, redact=redacting)
                 if _failed(analysis):
-                    status(f"CRASHED — {suspect}; diagnosing {len(watcher.tails)} file(s)")
+                    say(f"CRASHED — {suspect}; diagnosing {len(watcher.tails)} file(s)")
                     return WatchOutcome(analysis, "crashed")
-                status(f"a failure-looking line the diagnosis does not confirm; watching on ({suspect})")
+                say(f"a failure-looking line the diagnosis does not confirm; watching on ({suspect})")
                 suspect, recheck_after = None, now + max(10 * poll, 30.0)
         if pids and not any(_alive(pid) for pid in pids):
-            status(f"EXITED — process(es) {' '.join(map(str, pids))} ended without the run finishing; diagnosing {len(watcher.tails)} file(s)")
-            return WatchOutcome(analyse(list(paths), rules_dirs=rules_dirs, kb=kb), "exited")
+            say(f"EXITED — process(es) {' '.join(map(str, pids))} ended without the run finishing; diagnosing {len(watcher.tails)} file(s)")
+            return WatchOutcome(analyse(list(paths), rules_dirs=rules_dirs, kb=kb, redact=redacting), "exited")
         if result.grew:
             last_activity = now
         if result.progress:
@@ -534,18 +542,18 @@ def watch(
     idle = now - last_progress
     quiet = f"{noise} repeated line(s) since, last write {now - last_activity:.0f} s ago" if noise else "no new lines since"
     since = "since the watcher started" if last_progress == started else f"last progress: {last_where}"
-    status(f"STALLED — no progress for {idle:.0f} s ({since}; {quiet}); diagnosing {len(watcher.tails)} file(s)")
+    say(f"STALLED — no progress for {idle:.0f} s ({since}; {quiet}); diagnosing {len(watcher.tails)} file(s)")
     targets = list(paths)
     if on_stall:
-        before = analyse(list(paths), rules_dirs=rules_dirs, kb=kb)
+        before = analyse(list(paths), rules_dirs=rules_dirs, kb=kb, redact=redacting)
         fd, diagnosis_path = tempfile.mkstemp(prefix="rltriage-diagnosis-", suffix=".json")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(format_diagnosis(before.diagnosis, "json", kb))
         output = on_stall_target(paths[0])
         env = on_stall_environment(paths, list(watcher.tails), [*pids, *(p for p in watcher.pids if p not in pids)], diagnosis_path, output, idle)
-        status(f"running the on-stall command (PID={env.get('PID', '')}, RLTRIAGE_DIAGNOSIS={diagnosis_path})")
+        say(f"running the on-stall command (PID={env.get('PID', '')}, RLTRIAGE_DIAGNOSIS={diagnosis_path})")
         out = run_on_stall(on_stall, paths[0], on_stall_timeout, env=env, target=output)
-        status(f"on-stall command output appended to {out}")
+        say(f"on-stall command output appended to {out}")
         if not os.path.isdir(paths[0]):
             targets.append(out)  # inside the folder it is found like any other file
-    return WatchOutcome(analyse(targets, rules_dirs=rules_dirs, kb=kb), "stalled")
+    return WatchOutcome(analyse(targets, rules_dirs=rules_dirs, kb=kb, redact=redacting), "stalled")
