@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .normalize import ANSI, BARE_SGR, REPEATED
+from .normalize import REPEATED, decolour
 from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
@@ -57,7 +57,7 @@ NCCL_RESULT = re.compile(r"^nccl[A-Z]\w*: ")
 def strip_headers(raw: str) -> tuple[str, str | None]:
     """The line without colour codes and launcher/logger headers (indentation kept), and the process
     the headers named."""
-    text = REPEATED.sub("", BARE_SGR.sub("", ANSI.sub("", raw.rstrip("\r\n"))))
+    text = REPEATED.sub("", decolour(raw.rstrip("\r\n")))
     process: str | None = None
     for _ in range(6):
         for pattern in _HEADERS:

@@ -11,6 +11,12 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # Ray's prefixes show them (`[36m(TaskRunner pid=2155)[0m Traceback …`): only at the line's start or
 # right after a closing bracket, so `[10m]` in a message stays.
 BARE_SGR = re.compile(r"(?:^|(?<=[)\]]))\[\d{1,3}(?:;\d{1,3})*m")
+
+
+def decolour(text: str) -> str:
+    """The text without colour and cursor codes. An escape byte left over (a code cut short, a stray
+    ESC) carries no message and is dropped, so no partial code reaches a report."""
+    return BARE_SGR.sub("", ANSI.sub("", text).replace("\x1b", ""))
 # Ray's prefix of remote output: `(WorkerDict pid=1234, ip=10.0.0.1) `, `(raylet) `, `(autoscaler +2m3s) `.
 RAY_PREFIX = re.compile(
     r"^\((?P<actor>[A-Za-z_][\w.:<>\-]*)?(?:,? ?pid=(?P<pid>\d+))?(?:, ip=(?P<ip>[0-9a-fA-F.:]+))?"
@@ -103,7 +109,7 @@ def segments(line: str) -> list[Segment]:
         parts = [parts[0], *middle, *parts[-2:]]
     out = []
     for part in parts:
-        raw = BARE_SGR.sub("", ANSI.sub("", part))
+        raw = decolour(part)
         repeat = 1
         match = REPEATED.search(raw)
         text = raw
