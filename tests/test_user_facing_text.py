@@ -16,8 +16,9 @@ from rltriage.tools.smoke import smoke_text
 
 from .conftest import REPO, builtin_fixture_dirs, rendered
 
-# The shapes of internal notes: a notes file and its section, a playbook, "§N" references.
-INTERNAL = re.compile(r"library-messages|hang-debugger|playbook|[\w-]+\.(?:txt|md) (?:—|§)|§ ?\d|Run Validation", re.IGNORECASE)
+# The shapes of internal notes: the notes files by name, a file's section ("§N"), a playbook. A
+# file a command writes (`> stacks-pid41311.txt — then …`) is not one.
+INTERNAL = re.compile(r"library-messages|hang-debugger|rl-troubleshooting|playbook|[\w-]+\.(?:txt|md) §|§ ?\d|Run Validation", re.IGNORECASE)
 # Internal project names as words; a rule id's namespace (`lego.x`), an environment variable
 # (`IMAGINAIRE_OUTPUT_ROOT`) or a default path (`/tmp/imaginaire-output`) quoted from a log is not one.
 INTERNAL_WORDS = re.compile(r"(?<![\w./-])(?:lego|imaginaire)(?![\w./-])")
