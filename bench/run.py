@@ -10,14 +10,16 @@ few real failure lines planted in them:
   redrawn before the dict), vLLM engine stats and `Model loading took …` behind Ray prefixes,
   `Processed prompts` bars, verl metrics: about half its lines match a signature;
 
-plus a folder of 256 rank logs and one of 100,000 tiny logs, then reports in one run:
+plus a folder of 256 rank logs, one of 100,000 tiny logs and a hung run with 256 py-spy dumps,
+then reports in one run:
 
 * diagnose wall time vs grep wall time on the same file, as a ratio (grep in the C locale, its
   fastest; in a UTF-8 locale the same grep is many times slower);
 * peak RSS of diagnose for each log (target: <= 200 MB and flat as the input grows);
-* the 256 rank logs with --jobs 1 and --jobs 2, and the 100,000 tiny logs (time, peak RSS).
+* the 256 rank logs with --jobs 1 and --jobs 2, and the 100,000 tiny logs (time, peak RSS);
+* the hung run with 64 and with 256 py-spy dumps (time, peak RSS).
 
-Usage: python bench/run.py [--sizes 0.1,1,4] [--tiny 100000] [--ranks 256] [--workdir DIR] [--keep]
+Usage: python bench/run.py [--sizes 0.1,1,4] [--tiny 100000] [--ranks 256] [--dumps 256] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -141,6 +143,35 @@ def write_tiny_files(folder: Path, count: int) -> None:
         (sub / f"worker-{index}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
+PY_SPY_DUMP = """Process {pid}: /usr/bin/python3 -m torch.distributed.run --nproc_per_node {ranks} train.py
+Python v3.11.7 (/usr/bin/python3)
+
+Thread {pid} (idle): "MainThread"
+    barrier (torch/distributed/distributed_c10d.py:4159)
+    wrapper (torch/distributed/c10d_logger.py:81)
+    wait_for_everyone (accelerate/utils/other.py:235)
+    _move_model_to_vllm (trl/trainer/grpo_trainer.py:980)
+    _generate_and_score_completions (trl/trainer/grpo_trainer.py:1160)
+    training_step (transformers/trainer.py:3745)
+    train (transformers/trainer.py:2245)
+    <module> (train.py:88)
+Thread {tid} (idle): "Thread-1"
+    wait (threading.py:327)
+    run (tqdm/_monitor.py:60)
+"""
+
+
+def write_dumps(folder: Path, count: int) -> None:
+    """A hung run's folder: the driver log and one py-spy dump per rank."""
+    folder.mkdir()
+    (folder / "train.log").write_text(
+        "[INFO|trainer.py:2414] 2025-06-05 10:01:30,001 >> ***** Running training *****\n  0%|          | 0/100 [00:00<?, ?it/s]\n",
+        encoding="utf-8",
+    )
+    for rank in range(count):
+        (folder / f"rank{rank}-stacks.txt").write_text(PY_SPY_DUMP.format(pid=50000 + rank, tid=60000 + rank, ranks=count), encoding="utf-8")
+
+
 def ere(pattern: str) -> str | None:
     """A signature pattern in grep -E syntax, or None when it cannot be expressed there."""
     if re.search(r"\(\?[=!<]|\\[bBAZ]|\(\?P=", pattern):
@@ -221,6 +252,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="0.1,1,4", help="log sizes in GB, for the sparse and the dense log")
     parser.add_argument("--tiny", type=int, default=100_000, help="files in the folder of tiny logs (0: skip)")
     parser.add_argument("--ranks", type=int, default=256, help="rank logs of 2 MB for --jobs 1 vs 2 (0: skip)")
+    parser.add_argument("--dumps", type=int, default=256, help="py-spy dumps of a hung run, against a quarter as many (0: skip)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
@@ -271,6 +303,19 @@ def main() -> int:
                 results[jobs] = seconds
                 print(f"{args.ranks} rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
             print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
+        if args.dumps:
+            # Every dump's stacks are checked against the others' (a rule negates "another rank is
+            # elsewhere"): the time per dump should not grow with the number of dumps.
+            per_dump = {}
+            for count in (max(1, args.dumps // 4), args.dumps):
+                folder = workdir / f"dumps-{count}"
+                if not folder.exists():
+                    write_dumps(folder, count)
+                seconds, rss, _out = timed([*rltriage, str(folder)])
+                per_dump[count] = seconds
+                print(f"{count} py-spy dumps: {seconds:.2f} s, peak RSS {rss / 1024:.1f} MB")
+            small, large = sorted(per_dump)
+            print(f"time for {large} dumps / time for {small}: {per_dump[large] / per_dump[small]:.2f} (the dumps are {large // small}x as many)")
         if args.tiny:
             folder = workdir / f"tiny-{args.tiny}"
             if not folder.exists():

@@ -23,7 +23,7 @@ from ..base.errors import InferenceError
 from ..kb.compile import CompiledPattern, CompiledRule, Program
 from .fact import BaseFact, Fact, equality_key, fact_key
 from .results import DEFAULT_BUDGET, DERIVED_BUDGET, Firing, Inference, SuppressionRecord
-from .semantics import binding_view, cited_evidence, literal_match, negation_blocker, refs_complete, refs_match, resolve_field, tests_pass
+from .semantics import binding_view, cited_evidence, literal_match, refs_complete, refs_match, resolve_field, tests_pass
 
 
 class Store:
@@ -36,6 +36,9 @@ class Store:
         # Fact ids beside each list, kept sorted by construction, for bisecting a semi-naive range.
         self.ids: dict[int, list[int]] = {}
         self.derived_text = 0  # characters of text in derived facts, against DERIVED_BUDGET
+        # Per negated pattern: how many facts of its type were looked at, and those that pass its
+        # literal checks, by the value its first equality join wants (see `blocker`).
+        self.negated: dict[int, tuple[list[int], dict[Any, list[Fact]]]] = {}
 
     def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Evidence, ...]) -> Fact | None:
         key = fact_key(type_, fields)
@@ -85,6 +88,34 @@ class Store:
         ids = self._ids(pool)
         start, stop = bisect.bisect_left(ids, low), bisect.bisect_left(ids, high)
         return [f for f in pool[start:stop] if literal_match(pattern, f)]
+
+
+    def blocker(self, pattern: CompiledPattern, bindings: Mapping[str, Fact]) -> Fact | None:
+        """A fact that blocks the negated pattern under these bindings, as `negation_blocker` finds
+        over every fact of the type, without looking at every fact for every binding: the facts that
+        pass the pattern's literal checks are kept (the store only grows, so each fact is checked
+        once), keyed by the field of its first `eq` join, and only those sharing the bound value are
+        checked against the joins. Hundreds of stack dumps each negating the others stay linear."""
+        join = next((c for c in pattern.ref_checks if c.op == "eq"), None)
+        seen, by_value = self.negated.setdefault(id(pattern), ([0], {}))
+        facts = self.by_type.get(pattern.type, [])
+        for fact in facts[seen[0] :]:
+            if not literal_match(pattern, fact):
+                continue
+            if join is None:
+                by_value.setdefault(None, []).append(fact)
+            elif join.field in fact.fields:  # without the field an `eq` join never holds
+                by_value.setdefault(equality_key(fact.fields[join.field]), []).append(fact)
+        seen[0] = len(facts)
+        if join is None:
+            pool = by_value.get(None, [])
+        else:
+            assert join.ref is not None
+            other = bindings.get(join.ref[0])
+            if other is None or join.ref[1] not in other.fields:
+                return None  # the join cannot hold (refs_complete would say so for every fact)
+            pool = by_value.get(equality_key(other.fields[join.ref[1]]), [])
+        return next((fact for fact in pool if refs_complete(pattern, fact, bindings)), None)
 
 
 Bound = dict[str, tuple[CompiledPattern, Fact]]
@@ -160,7 +191,7 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
                     if key in fired_keys or not refs_hold(bound):
                         continue
                     bindings = {alias: fact for alias, (_p, fact) in bound.items()}
-                    if any(negation_blocker(store.by_type.get(n.type, ()), n, bindings) for n in rule.negatives):
+                    if any(store.blocker(n, bindings) for n in rule.negatives):
                         continue
                     if not tests_pass(rule, bindings)[0]:
                         continue
