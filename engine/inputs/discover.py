@@ -397,10 +397,15 @@ def classify(source: Source, head: bytes) -> InputKind:
     return InputKind.other
 
 
+# Control bytes that text does not hold (tab, line breaks, form feed and escape are text); counted by
+# deleting every other byte, in C: a folder of 100,000 files sniffs as many heads.
+_CONTROL = bytes(b for b in range(256) if b < 9 or 13 < b < 32 and b != 27)
+_NOT_CONTROL = bytes(b for b in range(256) if b not in _CONTROL)
+
+
 def looks_binary(head: bytes) -> bool:
     if b"\x00" in head:
         return True
     if not head:
         return False
-    control = sum(1 for b in head if b < 9 or 13 < b < 32 and b != 27)
-    return control > len(head) * 0.1
+    return len(head.translate(None, _NOT_CONTROL)) > len(head) * 0.1
