@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .lines import bounded_lines
 from .normalize import segments
 
 # py-spy: `Process 1234: python train.py`, `Thread 5678 (idle): "MainThread"`, `    func (file.py:12)`.
@@ -145,42 +146,13 @@ def process_of(path: str) -> str:
     return f"rank{match.group(1)}" if match else path.rsplit("/", 1)[-1]
 
 
-def _bounded_lines(stream: Iterable[bytes] | Any, keep: int) -> Iterator[bytes]:
-    """The lines of a byte stream, each cut to `keep` bytes: a line of a gigabyte is never held whole."""
-    read = getattr(stream, "read", None)
-    if read is None:
-        for raw in stream:
-            yield raw[:keep]
-        return
-    pending = b""
-    skipping = False
-    while True:
-        block = read(1 << 20)
-        if not block:
-            break
-        pieces = (pending + block).split(b"\n")
-        pending = pieces.pop()
-        for raw in pieces:
-            if skipping:
-                skipping = False
-                continue
-            yield raw[:keep]
-        if len(pending) > keep:
-            if not skipping:
-                yield pending[:keep]
-                skipping = True
-            pending = b""
-    if pending and not skipping:
-        yield pending[:keep]
-
-
 def read_blocks(stream: Iterable[bytes] | Any, starts: list[int], max_lines: int = 200_000, keep: int = 2000) -> list[tuple[int, str]]:
     """The numbered lines of a file that fall inside dump blocks, read in one pass; each line is
     cut to its first `keep` bytes."""
     windows = sorted(set(starts))
     kept: list[tuple[int, str]] = []
     position = 0
-    for number, raw in enumerate(_bounded_lines(stream, keep), start=1):
+    for number, raw in enumerate(bounded_lines(stream, keep), start=1):
         while position < len(windows) and number >= windows[position] + MAX_BLOCK_LINES:
             position += 1
         if position >= len(windows) or len(kept) >= max_lines:

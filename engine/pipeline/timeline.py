@@ -24,11 +24,10 @@ The timeline model:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import BinaryIO
 
 from ..base.contract import Diagnosis
 from ..base.markers import BAR_COUNT, STAGE_MARKER
@@ -37,6 +36,7 @@ from ..infer.fact import Fact
 from ..infer.results import Inference
 from ..inputs.discover import Source
 from ..inputs.failures import strip_headers
+from ..inputs.lines import bounded_lines
 from ..inputs.normalize import ANSI, timestamp
 from ..inputs.stacks import RANK_IN_NAME
 from .redact import CUT_MARGIN, MASK, cut, redact
@@ -220,33 +220,6 @@ def clean(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def _lines(stream: BinaryIO) -> Iterator[bytes]:
-    """The lines of a stream without their newline, each cut to MAX_LINE_BYTES; numbered as the
-    scanner numbers them (a last line without a newline counts)."""
-    carry = b""
-    skipping = False
-    while True:
-        block = stream.read(CHUNK)
-        if not block:
-            break
-        parts = (carry + block).split(b"\n")
-        carry = parts.pop()
-        for part in parts:
-            if skipping:
-                skipping = False
-                continue  # the rest of a cut line
-            yield part[:MAX_LINE_BYTES]
-        if len(carry) > MAX_LINE_BYTES:
-            if not skipping:
-                yield carry[:MAX_LINE_BYTES]
-            skipping = True
-            carry = b""
-    if carry and not skipping:
-        yield carry[:MAX_LINE_BYTES]
-    elif skipping and carry:
-        pass
-
-
 def _text(raw: bytes) -> str:
     # Cut where no secret is split: the excerpt is redacted after the cut.
     return cut(clean(raw[: TEXT * 4 + CUT_MARGIN].decode("utf-8", "replace").rstrip("\r")), TEXT)
@@ -289,7 +262,7 @@ def read_file(
     with stream:
         number = 0
         try:
-            for raw in _lines(stream):
+            for raw in bounded_lines(stream, MAX_LINE_BYTES, CHUNK):
                 number += 1
                 process = own
                 if track and raw[:1] in _PREFIX_START:
