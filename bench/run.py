@@ -228,11 +228,15 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
         "import resource, subprocess, sys, time, json;"
         # Output goes to a pipe, not /dev/null: GNU grep stops at the first match when it writes to
         # /dev/null, which would make the baseline meaningless.
-        "t = time.perf_counter(); out = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL).stdout;"
-        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, out[:200].decode('utf-8', 'replace')]))"
+        "t = time.perf_counter(); done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE);"
+        "print(json.dumps([time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.stdout[:200].decode('utf-8', 'replace'),"
+        " done.returncode, done.stderr[-500:].decode('utf-8', 'replace')]))"
     )
     result = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True, check=True, env={**os.environ, **(env or {})})
-    seconds, rss, out = json.loads(result.stdout)
+    seconds, rss, out, code, err = json.loads(result.stdout)
+    # A run that failed is not a measurement: grep exits 1 when nothing matched, diagnose exits 0.
+    if code not in ((0, 1) if cmd[0] == "grep" else (0,)):
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {code}: {err.strip()}")
     return seconds, rss, out
 
 

@@ -20,7 +20,7 @@ from rltriage import Evidence, KnowledgeBase
 from rltriage.base.errors import InferenceError, InputError, KnowledgeBaseError
 from rltriage.infer.fact import BaseFact, Fact
 from rltriage.infer.registry import get_engine
-from rltriage.infer.results import Engine, Inference
+from rltriage.infer.results import MAX_CONCLUDING_FIRINGS, Engine, Inference
 
 
 def durable_unavailable() -> str | None:
@@ -357,6 +357,42 @@ def test_a_runaway_chain_is_stopped_by_the_budget(engine: Engine, tmp_path: Path
     )
     with pytest.raises(InferenceError, match=r"firing budget of 200 exceeded: rule t\.count fired \d+ times"):
         run(engine, kb, [RUN], budget=200)
+
+
+def test_a_rule_joining_two_large_sets_of_facts_stops_repeating_its_conclusion(engine: Engine, tmp_path: Path) -> None:
+    # Every rank's timeout with every rank's "Init COMPLETE": 300 x 300 tuples, one conclusion. The
+    # rules with a fixed conclusion stop after MAX_CONCLUDING_FIRINGS; the one whose derived field
+    # names its tuple fires for every tuple; none of this is a runaway chain (budget 1000 < 90,000).
+    kb = load(
+        tmp_path,
+        [
+            cause("t.timeout", {"all": [{"hit": "t.to", "as": "t"}]}, 0.6, cite=["t"]),
+            rule(
+                "t.joined",
+                {"all": [{"hit": "t.to", "as": "t"}, {"hit": "t.ok", "as": "j"}]},
+                {"evidence": {"weight": -0.3, "cause": "t.timeout", "cite": ["j"]}},
+            ),
+            rule("t.stage", {"all": [{"hit": "t.to"}, {"hit": "t.ok"}]}, {"derive": [{"fact": "stage_seen", "fields": {"name": "joined"}}]}),
+            rule(
+                "t.pair",
+                {"all": [{"hit": "t.to", "as": "t"}, {"hit": "t.ok", "as": "j", "where": {"rank": 0}}]},
+                {"derive": [{"fact": "pair", "fields": {"rank": "$t.rank"}}]},
+            ),
+        ],
+        [signature("t.to", "timeout"), signature("t.ok", "joined")],
+    )
+    facts = [RUN]
+    facts += [fact("hit", 10 + rank, signature="t.to", rank=rank, count=1) for rank in range(300)]
+    facts += [fact("hit", 5000 + rank, signature="t.ok", rank=rank, count=1) for rank in range(300)]
+    inference = run(engine, kb, facts, budget=1000)
+    counts: dict[str, int] = {}
+    for firing in inference.firings:
+        counts[firing.rule] = counts.get(firing.rule, 0) + 1
+    # t.stage's first firing adds its fact; the repeats after it are what is capped.
+    assert counts == {"t.timeout": MAX_CONCLUDING_FIRINGS, "t.joined": MAX_CONCLUDING_FIRINGS, "t.stage": MAX_CONCLUDING_FIRINGS + 1, "t.pair": 300}
+    assert len(derived(inference, "stage_seen")) == 1 and len(derived(inference, "pair")) == 300
+    joined = [f for f in inference.firings if f.rule == "t.joined"]
+    assert all(f.weight == -0.3 and f.cause == "t.timeout" for f in joined)
 
 
 def test_suppressions(engine: Engine, tmp_path: Path) -> None:

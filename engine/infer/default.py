@@ -22,7 +22,7 @@ from ..base.contract import Evidence
 from ..base.errors import InferenceError
 from ..kb.compile import CompiledPattern, CompiledRule, Program
 from .fact import BaseFact, Fact, equality_key, fact_key
-from .results import DEFAULT_BUDGET, DERIVED_BUDGET, Firing, Inference, SuppressionRecord
+from .results import DEFAULT_BUDGET, DERIVED_BUDGET, MAX_CONCLUDING_FIRINGS, Firing, Inference, SuppressionRecord
 from .semantics import binding_view, cited_evidence, literal_match, refs_complete, refs_match, resolve_field, tests_pass
 
 
@@ -173,6 +173,8 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
     suppressions: list[SuppressionRecord] = []
     fired_keys: set[tuple[str, tuple[int, ...]]] = set()
     per_rule: Counter[str] = Counter()
+    chained = 0  # firings that added a fact, against the budget
+    repeats: Counter[str] = Counter()  # firings that added none, per rule
     # Per stratum, each rule with the fact types its positive patterns want (looked up once: a long
     # chain goes round this loop once per new fact).
     wanted = [[(rule, frozenset(p.type for slot in rule.slots for p in slot)) for rule in stratum] for stratum in program.strata]
@@ -185,7 +187,15 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
             for rule, types in stratum:
                 if types and types.isdisjoint(new_types):
                     continue
-                for bound in list(_join(store, rule, delta_start, delta_end)):
+                # A rule whose conclusion does not depend on its tuple (a weight, citations, or a
+                # fact with fixed fields) can only repeat it after the first firing: it stops at
+                # MAX_CONCLUDING_FIRINGS and its tuples are enumerated lazily. Others take every
+                # tuple first, since they add facts while firing.
+                fixed = _fixed_conclusion(rule)
+                if fixed and repeats[rule.id] >= MAX_CONCLUDING_FIRINGS:
+                    continue
+                tuples = _join(store, rule, delta_start, delta_end) if fixed else list(_join(store, rule, delta_start, delta_end))
+                for bound in tuples:
                     ids = tuple(fact.id for _pattern, fact in bound.values())
                     key = (rule.id, ids)
                     if key in fired_keys or not refs_hold(bound):
@@ -197,14 +207,32 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
                         continue
                     fired_keys.add(key)
                     per_rule[rule.id] += 1
-                    if len(fired_keys) > budget:
+                    firing = _fire(store, rule, bindings, ids, suppressions)
+                    firings.append(firing)
+                    if not firing.derived:
+                        repeats[rule.id] += 1
+                        if fixed and repeats[rule.id] >= MAX_CONCLUDING_FIRINGS:
+                            break
+                        continue
+                    # Only a firing that adds a fact extends a chain: the budget counts those.
+                    chained += 1
+                    if chained > budget:
                         worst, count = per_rule.most_common(1)[0]
                         raise InferenceError(
                             f"firing budget of {budget} exceeded: rule {worst} fired {count} times; its chain does not reach a fixpoint"
                         )
-                    firings.append(_fire(store, rule, bindings, ids, suppressions))
             delta_start, delta_end = delta_end, len(store.facts)
     return Inference(store.facts, firings, suppressions)
+
+
+def _fixed_conclusion(rule: CompiledRule) -> bool:
+    """Whether every firing of the rule concludes the same: it derives nothing, or only facts whose
+    fields name no bound fact (no `$alias.field`, no template)."""
+    return all(
+        not (isinstance(value, str) and (value.startswith("$") or "{{" in value or "{%" in value))
+        for derive in rule.model.then.derive
+        for value in derive.fields.values()
+    )
 
 
 class DefaultEngine:
