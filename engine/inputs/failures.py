@@ -13,12 +13,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .normalize import REPEATED, decolour
+from .normalize import REPEATED, STAMP, decolour
 from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
-_STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+_STAMP = STAMP
 _HEADERS = (
     # Ray's remote-output prefixes, old and new style: `(WorkerDict pid=1, ip=h) `, `[Engine pid=1] `,
     # and vLLM's worker prefixes `(VllmWorker rank=1 pid=4888) `.

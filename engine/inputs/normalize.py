@@ -23,6 +23,13 @@ RAY_PREFIX = re.compile(
     r"(?: \+[\dhms.]+)?\)\s?"
 )
 RANK_PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_]+)(?P<local>\d+))\]:\s?")
+# A timestamp in front of the line: `2024-05-01 10:00:00,123`, RFC 3339 `2024-05-01T10:00:00.123456789Z`.
+STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+# What a collector adds to every line it stores: `kubectl logs --timestamps`, `docker logs -t`, CI
+# runners and log exports put an RFC 3339 stamp with its zone in front, bracketed or not. The
+# stamp a program's own logger prints (`2024-05-01 10:00:00,123 - INFO - …`, no `T`, no zone) is
+# part of its message and stays.
+COLLECTOR_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?[\t ]")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")
 
 # Timestamps as the libraries print them (year-less stamps are placed in a fixed year: only
@@ -77,6 +84,10 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
         match = RAY_PREFIX.match(text)
         if match and (match.group("pid") or match.group("actor") in ("raylet", "autoscaler", "scheduler")):
             actor = actor or match.group("actor")
+            text = text[match.end():]
+            continue
+        match = COLLECTOR_STAMP.match(text)
+        if match:
             text = text[match.end():]
             continue
         match = RANK_PREFIX.match(text)

@@ -199,6 +199,9 @@ TRIGGER_WORDS = (
 # A traceback's header keeps the lines after it, up to its exception line, whatever that is named
 # (`socket.gaierror: …`, `_queue.Empty` carry none of the words above).
 TRACEBACK_HEADER = "Traceback (most recent call last)"
+# A chained exception's header opens a traceback too: a paste that starts there, or is cut before
+# its exception line, is still read as one.
+CHAIN_HEADERS = ("During handling of the above exception", "The above exception was the direct cause")
 TRACEBACK_AFTER = 200
 FAILURE_BEFORE = 120  # lines kept before a failure line: the traceback that leads to it
 FAILURE_AFTER = 20  # and after it: continuation lines, `what():`, torchelastic's failure table
@@ -208,7 +211,7 @@ FAILURE_WINDOWS = (32, 96)  # windows kept from the start and from the end of a 
 FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
 STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
 # What else the full path looks for on a line: FAILURE_LINE's words, stack headers, Ray's repeat suffix.
-FULL_PATH_WORDS = (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, b"CRITICAL", b"[repeated ")
+FULL_PATH_WORDS = (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *(h.encode() for h in CHAIN_HEADERS), b"CRITICAL", b"[repeated ")
 STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
 MAX_UNEXPLAINED = 300
 MAX_STACK_HEADERS = 400
@@ -354,7 +357,7 @@ class Scanner:
             (literal.encode("utf-8"), ignore_case, literal) for literal, ignore_case in sorted(literals, key=lambda key: (-len(key[0]), key))
         ]
         pieces += [(key.encode(), False, None) for key in self.config_keys]
-        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS)]
+        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *(h.encode() for h in CHAIN_HEADERS))]
         self.prefilter = make_prefilter(pieces) if pieces else None
         # Which signatures a candidate line can match: every literal found in it. Hyperscan reports
         # every occurrence of every literal; the regex alternation reports one literal per position
@@ -458,7 +461,7 @@ class Scanner:
             self._match_line(line, line_no + 1, kind, result, self._signatures_for(found, line))
             if FAILURE_TRIGGER.search(line):
                 windows.add(chunk, start, end, line_no + 1)
-            elif TRACEBACK_HEADER in line:
+            elif _opens_traceback(line):
                 windows.add(chunk, start, end, line_no + 1, TRACEBACK_AFTER)
         return line_no - base_line + chunk.count(b"\n", counted_to)
 
@@ -529,7 +532,7 @@ class Scanner:
                 continue
             if current >= 0:
                 start = rfind(b"\n", 0, current) + 1
-                prefixed = chunk[start : start + 1] in _PREFIX_STARTS
+                prefixed = _may_have_prefix(chunk, start)
                 if not prefixed and plain.issuperset(ids):
                     work.append((current, _COUNT, ids))  # the common line: exact signature hits, nothing else
                 elif not prefixed and countable.issuperset(ids):
@@ -671,7 +674,7 @@ class Scanner:
             if what != _HITS:
                 continue
             for position, (index, _rank, text) in enumerate(data[1]):
-                if not matcher.exact[index] or (matcher.anchored[index] and text[:1] in _PREFIX_STARTS):
+                if not matcher.exact[index] or (matcher.anchored[index] and _may_have_prefix(text)):
                     wanted.setdefault(index, []).append((number, position, text))
         if not wanted:
             return
@@ -679,7 +682,7 @@ class Scanner:
         gave_up: set[int] = set()
         for index, items in wanted.items():
             sig = matcher.signatures[index]
-            by_database = [item for item in items if matcher.exact[index] or item[2][:1] not in _PREFIX_STARTS]
+            by_database = [item for item in items if matcher.exact[index] or not _may_have_prefix(item[2])]
             verdicts = matcher.verify(index, [text for _n, _p, text in by_database]) if by_database and not matcher.exact[index] else None
             if verdicts is None:
                 by_database = []
@@ -842,7 +845,7 @@ class Scanner:
         self._match_line(line, state[1] + 1, kind, result, self._signatures_for(found, line))
         if trigger and FAILURE_TRIGGER.search(line):
             windows.add(chunk, start, end, state[1] + 1)
-        elif TRACEBACK_HEADER in line:
+        elif _opens_traceback(line):
             windows.add(chunk, start, end, state[1] + 1, TRACEBACK_AFTER)
 
     def _resolve_pending(self, chunk: bytes, start: int, line_no: int, tally: Tally) -> None:
@@ -918,6 +921,18 @@ _COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a
 _PREFIX_STARTS = (b"(", b"[")
 
 
+def _opens_traceback(line: str) -> bool:
+    return TRACEBACK_HEADER in line or any(header in line for header in CHAIN_HEADERS)
+_STAMP_START = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T")
+
+
+def _may_have_prefix(data: bytes, start: int = 0) -> bool:
+    """Whether the text at `start` may begin with a prefix strip_prefixes takes off (a launcher's
+    bracket or parenthesis, a collector's stamp); a cheap over-approximation."""
+    first = data[start : start + 1]
+    return first in _PREFIX_STARTS or (first.isdigit() and _STAMP_START.match(data, start) is not None)
+
+
 def _is_redraw(part: bytes) -> bool:
     return b"%|" in part and (b"it/s" in part or b"s/it" in part or b"?it" in part)
 
@@ -934,7 +949,7 @@ def _kept_redraws(raw: bytes) -> list[bytes] | None:
 
 def _after_prefix(part: bytes) -> tuple[bytes, int | None]:
     """The text a launcher prefix leaves (the very object when there is none), and the rank it names."""
-    if part[:1] not in (b"(", b"["):
+    if not _may_have_prefix(part):
         return part, None
     line = part.decode("utf-8")
     text, rank, _actor = strip_prefixes(line)
