@@ -138,6 +138,7 @@ def _analyse(
         parsed.extend(extra)
         if scan is not None:
             scans.append(compact(scan))
+    del results  # the scans as read: only their compact copies are kept (100,000 files make as many)
     facts.extend(run_facts(mode, scans, len(sources)))
     # Only the files with stack dumps are opened again.
     dumps = {scan.path for scan in scans if scan.stack_headers}

@@ -137,8 +137,6 @@ class Read:
             return change.name.lower() == self.name.lower()
         return self.regex is not None and re.search(self.regex, change.name) is not None
 
-    def describe(self, change: Change) -> str:
-        return f"{change.kind} {change.name}"
 
 
 def _pattern_reads(pattern: Pattern) -> Iterable[Read]:
@@ -203,6 +201,12 @@ def rule_reads(kb: KnowledgeBase, loaded: LoadedRule) -> list[Read]:
 
 
 # --- the pieces of the report ---------------------------------------------------------------------
+
+
+def _named(change: Change) -> str:
+    """`config trainer.max_steps`, `package vllm`; the kernel is one value and needs no name."""
+    return change.kind if change.name == change.kind else f"{change.kind} {change.name}"
+
 
 
 def _stages(analysis: Analysis) -> dict[Stage, Fact]:
@@ -285,7 +289,7 @@ def rerank(kb: KnowledgeBase, bad: Analysis, changes: list[Change]) -> tuple[lis
             by_change.setdefault(i, []).append(cause.rule)
         score = combine([cause.score, DIFF_WEIGHT]) if hit else cause.score
         out.append(RerankedCause(rule=cause.rule, bucket=cause.bucket, title=cause.title, score=score, diagnosis_score=cause.score,
-                                 reads=[f"{changes[i].kind} {changes[i].name}" for i in hit]))
+                                 reads=[_named(changes[i]) for i in hit]))
     order = {c.rule: n for n, c in enumerate(bad.diagnosis.causes)}
     out.sort(key=lambda c: (-c.score, order[c.rule]))
     return out, by_change
