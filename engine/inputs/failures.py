@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .normalize import REPEATED, STAMP, decolour
+from .normalize import QUOTE_PREFIX, REPEATED, STAMP, decolour
 from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
@@ -41,7 +41,7 @@ _HEADERS = (
     re.compile(r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*\d): "),
     re.compile(r"^(?P<service>[A-Za-z][\w.-]*-\d+)\s+\| "),
     # A paste quoted in a Markdown reply.
-    re.compile(r"^> ?(?!>)"),
+    QUOTE_PREFIX,
 )
 # Headers that start a new log record: a continuation of an exception message never carries one.
 _RECORD_START = re.compile(

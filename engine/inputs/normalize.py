@@ -30,6 +30,8 @@ STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # stamp a program's own logger prints (`2024-05-01 10:00:00,123 - INFO - …`, no `T`, no zone) is
 # part of its message and stays.
 COLLECTOR_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?[\t ]")
+# A log quoted in a Markdown reply (`> ` in front of each line); `>>>` is Python's prompt, not a quote.
+QUOTE_PREFIX = re.compile(r"^> ?(?!>)")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")
 
 # Timestamps as the libraries print them (year-less stamps are placed in a fixed year: only
@@ -86,7 +88,7 @@ def strip_prefixes(text: str) -> tuple[str, int | None, str | None]:
             actor = actor or match.group("actor")
             text = text[match.end():]
             continue
-        match = COLLECTOR_STAMP.match(text)
+        match = COLLECTOR_STAMP.match(text) or QUOTE_PREFIX.match(text)
         if match:
             text = text[match.end():]
             continue

@@ -39,11 +39,11 @@ TRIGGER = 4  # a word of the failure trigger: the full path, checking for a fail
 REDRAWN = 8  # carriage returns: match each redraw the normaliser keeps
 
 # Everything inputs/normalize.strip_prefixes can take off the start of a line (Ray's `(actor pid=…)`,
-# `[rank3]:`, a collector's RFC 3339 stamp, up to four of them) and more: `^` in a translation stands for the line's start or the
+# `[rank3]:`, a collector's RFC 3339 stamp, a Markdown quote's `> `, up to four of them) and more: `^` in a translation stands for the line's start or the
 # end of such prefixes.
 PREFIXES = (
     r"^(?:\([^)\n]*\)[\t\x0b-\x0d\x1c-\x20]?|\[(?:rank[0-9]+|[A-Za-z_]+[0-9]+)\]:[\t\x0b-\x0d\x1c-\x20]?"
-    r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})\]?[\t ]){0,4}"
+    r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})\]?[\t ]|> ?){0,4}"
 )
 
 FORMAT = 2  # bump when what is cached changes meaning

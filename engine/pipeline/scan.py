@@ -918,7 +918,7 @@ class Scanner:
 
 
 _COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a line
-_PREFIX_STARTS = (b"(", b"[")
+_PREFIX_STARTS = (b"(", b"[", b">")
 
 
 def _opens_traceback(line: str) -> bool:
@@ -928,7 +928,7 @@ _STAMP_START = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T")
 
 def _may_have_prefix(data: bytes, start: int = 0) -> bool:
     """Whether the text at `start` may begin with a prefix strip_prefixes takes off (a launcher's
-    bracket or parenthesis, a collector's stamp); a cheap over-approximation."""
+    bracket or parenthesis, a collector's stamp, a Markdown quote); a cheap over-approximation."""
     first = data[start : start + 1]
     return first in _PREFIX_STARTS or (first.isdigit() and _STAMP_START.match(data, start) is not None)
 

@@ -17,6 +17,9 @@ from rltriage.inputs.normalize import segments, strip_prefixes
         # A program's own logger stamp is part of its message.
         ("2025-05-14 09:13:14,220 - INFO - trl.extras.vllm_client - Server is up!", "2025-05-14 09:13:14,220 - INFO - trl.extras.vllm_client - Server is up!", None),
         ("2025-05-14T09:13:14 no zone, no collector", "2025-05-14T09:13:14 no zone, no collector", None),
+        # A log quoted in a Markdown reply; Python's prompt is not a quote.
+        ("> [rank1]: RuntimeError: boom", "RuntimeError: boom", 1),
+        (">>> import torch", ">>> import torch", None),
     ],
 )
 def test_launcher_and_collector_prefixes(line: str, text: str, rank: int | None) -> None:
