@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .normalize import QUOTE_PREFIX, REPEATED, STAMP, decolour
+from .normalize import COLLECTOR_STAMP, QUOTE_PREFIX, REPEATED, STAMP, decolour
 from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
@@ -32,6 +32,7 @@ _HEADERS = (
     re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+ [\w./\-]+:\d+\] ?"),
     # Collectors that stamp every line: `kubectl logs --timestamps` (RFC 3339), log exports and
     # `ts`-style wrappers (`2024-05-01 10:00:00,123 `, `[2024-05-01T10:00:00Z] `).
+    COLLECTOR_STAMP,  # with the CRI format's stream and tag (`stderr F `)
     re.compile(rf"^(?:\[{_STAMP}\]|{_STAMP})(?: |\t|$)"),
     # Launchers that label every line with its task: `srun --label` (`3: `), Open MPI
     # `--tag-output` (`[1,3]<stderr>:`), pdsh / the DeepSpeed launcher (`10.0.0.1: `, `node-07: `),

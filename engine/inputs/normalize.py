@@ -26,10 +26,11 @@ RANK_PREFIX = re.compile(r"^\[(?:rank(?P<rank>\d+)|(?P<role>[A-Za-z_]+)(?P<local
 # A timestamp in front of the line: `2024-05-01 10:00:00,123`, RFC 3339 `2024-05-01T10:00:00.123456789Z`.
 STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # What a collector adds to every line it stores: `kubectl logs --timestamps`, `docker logs -t`, CI
-# runners and log exports put an RFC 3339 stamp with its zone in front, bracketed or not. The
-# stamp a program's own logger prints (`2024-05-01 10:00:00,123 - INFO - …`, no `T`, no zone) is
-# part of its message and stays.
-COLLECTOR_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?[\t ]")
+# runners and log exports put an RFC 3339 stamp with its zone in front, bracketed or not; the node's
+# container logs (`/var/log/containers/*.log`, the CRI format of containerd and CRI-O) follow it with
+# the stream and a full/partial tag (`stderr F `). The stamp a program's own logger prints
+# (`2024-05-01 10:00:00,123 - INFO - …`, no `T`, no zone) is part of its message and stays.
+COLLECTOR_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?[\t ](?:std(?:out|err) [FP] )?")
 # A log quoted in a Markdown reply (`> ` in front of each line); `>>>` is Python's prompt, not a quote.
 QUOTE_PREFIX = re.compile(r"^> ?(?!>)")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")

@@ -43,7 +43,7 @@ REDRAWN = 8  # carriage returns: match each redraw the normaliser keeps
 # end of such prefixes.
 PREFIXES = (
     r"^(?:\([^)\n]*\)[\t\x0b-\x0d\x1c-\x20]?|\[(?:rank[0-9]+|[A-Za-z_]+[0-9]+)\]:[\t\x0b-\x0d\x1c-\x20]?"
-    r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})\]?[\t ]|> ?){0,4}"
+    r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})\]?[\t ](?:std(?:out|err) [FP] )?|> ?){0,4}"
 )
 
 FORMAT = 2  # bump when what is cached changes meaning

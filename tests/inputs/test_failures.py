@@ -365,6 +365,8 @@ OOM_TRACEBACK = [
     ("prefix", "process"),
     [
         ("2024-05-01T10:00:00.123456789Z ", None),  # kubectl logs --timestamps
+        ("2024-05-01T10:00:00.123456789Z stderr F ", None),  # a node's container log (CRI)
+        ("2024-05-01T10:00:00.123456789Z stderr F [rank5]: ", "rank5"),
         ("[2024-05-01 10:00:00] ", None),
         ("3: ", "task3"),  # srun --label
         ("[1,2]<stderr>:", "rank2"),  # Open MPI --tag-output

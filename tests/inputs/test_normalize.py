@@ -14,6 +14,8 @@ from rltriage.inputs.normalize import segments, strip_prefixes
         ("2025-05-14T09:13:14.220123456Z [rank3]: torch.OutOfMemoryError: CUDA out of memory.", "torch.OutOfMemoryError: CUDA out of memory.", 3),
         ("[2025-05-14T09:13:14+00:00] (WorkerDict pid=12, ip=10.0.0.1) boom", "boom", None),
         ("2025-05-14T09:13:14.5+0200\tboom", "boom", None),
+        # A node's container log (CRI): stamp, stream, full/partial tag.
+        ("2025-05-14T09:13:14.220123456Z stderr F [rank2]: boom", "boom", 2),
         # A program's own logger stamp is part of its message.
         ("2025-05-14 09:13:14,220 - INFO - trl.extras.vllm_client - Server is up!", "2025-05-14 09:13:14,220 - INFO - trl.extras.vllm_client - Server is up!", None),
         ("2025-05-14T09:13:14 no zone, no collector", "2025-05-14T09:13:14 no zone, no collector", None),

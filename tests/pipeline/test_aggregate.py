@@ -97,6 +97,7 @@ DECORATIONS = (
     lambda line: "2025-05-14T09:13:14 " + line,
     lambda line: "2025-05-14 09:13:14,220 " + line,
     lambda line: "> " + line,
+    lambda line: "2025-05-14T09:13:14.220123456Z stderr F " + line,
     lambda line: ">(pid=77) " + line,
     lambda line: ">>> " + line,
     lambda line: "(not a prefix) " + line,
