@@ -18,6 +18,7 @@ from typing import BinaryIO, NamedTuple, cast
 from ..base.errors import InputError
 from ..base.vocabulary import InputKind
 from . import archives
+from .containerlogs import JsonFileDecoder, is_json_file_log
 from .filetypes import CONFIG_SUFFIXES, LOG_SUFFIXES, RAY_WORKER_SUFFIXES, is_archive_candidate
 from .walk import folders
 
@@ -254,7 +255,8 @@ class Checked(archives.Reader):
     - bare carriage returns as the only line ends, read as line breaks so line numbers mean
       something and a whole log is not one 'line';
     - UTF-16 text (a byte-order mark, or NULs in every other byte of plain text), decoded and
-      handed on as UTF-8 instead of being skipped as binary.
+      handed on as UTF-8 instead of being skipped as binary;
+    - Docker's json-file log, handed on as the text of its records (inputs/containerlogs.py).
     Warnings are told on close, and not for binary content, which the pipeline already skips.
     """
 
@@ -273,6 +275,7 @@ class Checked(archives.Reader):
         self._eof = False
         self._utf16: codecs.IncrementalDecoder | None = None
         self._decoded = 0  # bytes handed on (after UTF-16 decoding)
+        self._json: JsonFileDecoder | None = None
 
     def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
         self._reads += 1
@@ -282,13 +285,21 @@ class Checked(archives.Reader):
                 encoding = _utf16(data)
                 if encoding is not None:
                     self._utf16 = codecs.getincrementaldecoder(encoding)("replace")
-            if self._utf16 is None:
-                break
-            # Transcoded; an odd byte at the end of a read waits for the next one.
-            text = self._utf16.decode(data, final=not data)
-            if text or not data:
+            if self._reads == 1 and self._read == len(data) and is_json_file_log(data):
+                self._json = JsonFileDecoder()
+            if self._utf16 is not None:
+                # Transcoded; an odd byte at the end of a read waits for the next one.
+                text = self._utf16.decode(data, final=not data)
+                if not text and data:
+                    continue
                 data = text.encode("utf-8")
-                break
+            if self._json is not None:
+                # A record cut by the read waits for the next one; an empty result is not the end.
+                decoded = self._json.decode(data, final=not data)
+                if not decoded and data:
+                    continue
+                data = decoded
+            break
         return self._look(data) if data else data
 
     def _read_raw(self, size: int | None) -> bytes:
@@ -338,6 +349,9 @@ class Checked(archives.Reader):
                     notes.append(f"file grew while being read; read the first {self._size} bytes")
         if self._utf16 is not None:
             notes.append("encoded in UTF-16; decoded and read as text")
+        if self._json is not None:
+            skipped = f" ({self._json.undecodable} lines were not records and were read as they are)" if self._json.undecodable else ""
+            notes.append(f"Docker json-file log; read as the text of its records{skipped}")
         if self._bad_utf8 is not None:
             notes.append(f"not valid UTF-8 (first bad byte at offset {self._bad_utf8}); undecodable bytes read as U+FFFD")
         if self._bare_cr:
