@@ -89,7 +89,6 @@ class Store:
         start, stop = bisect.bisect_left(ids, low), bisect.bisect_left(ids, high)
         return [f for f in pool[start:stop] if literal_match(pattern, f)]
 
-
     def blocker(self, pattern: CompiledPattern, bindings: Mapping[str, Fact]) -> Fact | None:
         """A fact that blocks the negated pattern under these bindings, as `negation_blocker` finds
         over every fact of the type, without looking at every fact for every binding: the facts that
@@ -173,8 +172,8 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
     suppressions: list[SuppressionRecord] = []
     fired_keys: set[tuple[str, tuple[int, ...]]] = set()
     per_rule: Counter[str] = Counter()
-    chained = 0  # firings that added a fact, against the budget
-    repeats: Counter[str] = Counter()  # firings that added none, per rule
+    chained = 0  # firings against the budget: all but the repeats of a fixed conclusion
+    repeats: Counter[str] = Counter()  # repeats of a fixed conclusion, per rule
     # Per stratum, each rule with the fact types its positive patterns want (looked up once: a long
     # chain goes round this loop once per new fact).
     wanted = [[(rule, frozenset(p.type for slot in rule.slots for p in slot)) for rule in stratum] for stratum in program.strata]
@@ -209,12 +208,13 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
                     per_rule[rule.id] += 1
                     firing = _fire(store, rule, bindings, ids, suppressions)
                     firings.append(firing)
-                    if not firing.derived:
+                    if fixed and not firing.derived:
+                        # A repeat of a fixed conclusion extends no chain: it does not count
+                        # against the budget, and the rule stops at its cap.
                         repeats[rule.id] += 1
-                        if fixed and repeats[rule.id] >= MAX_CONCLUDING_FIRINGS:
+                        if repeats[rule.id] >= MAX_CONCLUDING_FIRINGS:
                             break
                         continue
-                    # Only a firing that adds a fact extends a chain: the budget counts those.
                     chained += 1
                     if chained > budget:
                         worst, count = per_rule.most_common(1)[0]

@@ -14,7 +14,7 @@ DEFAULT_BUDGET = 50_000
 # Firings kept per rule that derives no fact: its later tuples only repeat its conclusion (a weight
 # and citations; a cause cites at most a handful of lines), and a rule joining two sets of hits of a
 # large run (every rank's timeout with every rank's `Init COMPLETE`) would otherwise fire once per
-# pair. Only derived facts make chains, so only they count against the firing budget.
+# pair. Such repeats extend no chain, so they do not count against the firing budget.
 MAX_CONCLUDING_FIRINGS = 64
 DERIVED_BUDGET = 1 << 20  # characters of computed (template) text all derived facts of one run may hold
 
