@@ -18,7 +18,6 @@ from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
-_STAMP = STAMP
 _HEADERS = (
     # Ray's remote-output prefixes, old and new style: `(WorkerDict pid=1, ip=h) `, `[Engine pid=1] `,
     # and vLLM's worker prefixes `(VllmWorker rank=1 pid=4888) `.
@@ -33,7 +32,7 @@ _HEADERS = (
     # Collectors that stamp every line: `kubectl logs --timestamps` (RFC 3339), log exports and
     # `ts`-style wrappers (`2024-05-01 10:00:00,123 `, `[2024-05-01T10:00:00Z] `).
     COLLECTOR_STAMP,  # with the CRI format's stream and tag (`stderr F `)
-    re.compile(rf"^(?:\[{_STAMP}\]|{_STAMP})(?: |\t|$)"),
+    re.compile(rf"^(?:\[{STAMP}\]|{STAMP})(?: |\t|$)"),
     # Launchers that label every line with its task: `srun --label` (`3: `), Open MPI
     # `--tag-output` (`[1,3]<stderr>:`), pdsh / the DeepSpeed launcher (`10.0.0.1: `, `node-07: `),
     # docker compose (`trainer-1  | `).

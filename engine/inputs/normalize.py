@@ -30,7 +30,9 @@ STAMP = r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
 # container logs (`/var/log/containers/*.log`, the CRI format of containerd and CRI-O) follow it with
 # the stream and a full/partial tag (`stderr F `). The stamp a program's own logger prints
 # (`2024-05-01 10:00:00,123 - INFO - …`, no `T`, no zone) is part of its message and stays.
-COLLECTOR_STAMP = re.compile(r"^\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?[\t ](?:std(?:out|err) [FP] )?")
+# The compiled matcher (pipeline/matcher.py) builds its prefixes from the same text.
+COLLECTOR_STAMP_PATTERN = r"\[?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\]?[\t ](?:std(?:out|err) [FP] )?"
+COLLECTOR_STAMP = re.compile("^" + COLLECTOR_STAMP_PATTERN)
 # A log quoted in a Markdown reply (`> ` in front of each line); `>>>` is Python's prompt, not a quote.
 QUOTE_PREFIX = re.compile(r"^> ?(?!>)")
 REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\](?: \(Ray deduplicates logs by default\..*)?$")

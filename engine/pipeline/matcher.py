@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..inputs.normalize import COLLECTOR_STAMP_PATTERN
 from ..kb import translate as translate_module
 from ..kb.knowledge import CompiledSignature
 from ..kb.literals import implied
@@ -39,11 +40,12 @@ TRIGGER = 4  # a word of the failure trigger: the full path, checking for a fail
 REDRAWN = 8  # carriage returns: match each redraw the normaliser keeps
 
 # Everything inputs/normalize.strip_prefixes can take off the start of a line (Ray's `(actor pid=…)`,
-# `[rank3]:`, a collector's RFC 3339 stamp, a Markdown quote's `> `, up to four of them) and more: `^` in a translation stands for the line's start or the
-# end of such prefixes.
+# `[rank3]:`, a collector's RFC 3339 stamp, a Markdown quote's `> `, up to four of them) and more
+# (the quote without its `>>>` exception, which Hyperscan cannot say): `^` in a translation stands
+# for the line's start or the end of such prefixes.
 PREFIXES = (
     r"^(?:\([^)\n]*\)[\t\x0b-\x0d\x1c-\x20]?|\[(?:rank[0-9]+|[A-Za-z_]+[0-9]+)\]:[\t\x0b-\x0d\x1c-\x20]?"
-    r"|\[?[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})\]?[\t ](?:std(?:out|err) [FP] )?|> ?){0,4}"
+    rf"|{COLLECTOR_STAMP_PATTERN}|> ?){{0,4}}"
 )
 
 FORMAT = 2  # bump when what is cached changes meaning
@@ -189,7 +191,7 @@ def build_matcher(
         import hyperscan
     except ImportError:
         return None
-    digest = hashlib.sha256(f"{FORMAT}\0{getattr(hyperscan, '__version__', '')}".encode())
+    digest = hashlib.sha256(f"{FORMAT}\0{getattr(hyperscan, '__version__', '')}\0{PREFIXES}".encode())
     for module in (__file__, translate_module.__file__):  # how the database is built is part of the key
         digest.update(Path(module).read_bytes() if module else b"")
     for sig in signatures:

@@ -202,6 +202,7 @@ TRACEBACK_HEADER = "Traceback (most recent call last)"
 # A chained exception's header opens a traceback too: a paste that starts there, or is cut before
 # its exception line, is still read as one.
 CHAIN_HEADERS = ("During handling of the above exception", "The above exception was the direct cause")
+TRACEBACK_OPENERS = (TRACEBACK_HEADER, *CHAIN_HEADERS)
 TRACEBACK_AFTER = 200
 FAILURE_BEFORE = 120  # lines kept before a failure line: the traceback that leads to it
 FAILURE_AFTER = 20  # and after it: continuation lines, `what():`, torchelastic's failure table
@@ -211,7 +212,8 @@ FAILURE_WINDOWS = (32, 96)  # windows kept from the start and from the end of a 
 FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
 STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
 # What else the full path looks for on a line: FAILURE_LINE's words, stack headers, Ray's repeat suffix.
-FULL_PATH_WORDS = (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *(h.encode() for h in CHAIN_HEADERS), b"CRITICAL", b"[repeated ")
+CHAIN_HEADER_WORDS = tuple(header.encode() for header in CHAIN_HEADERS)
+FULL_PATH_WORDS = (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *CHAIN_HEADER_WORDS, b"CRITICAL", b"[repeated ")
 STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
 MAX_UNEXPLAINED = 300
 MAX_STACK_HEADERS = 400
@@ -357,7 +359,7 @@ class Scanner:
             (literal.encode("utf-8"), ignore_case, literal) for literal, ignore_case in sorted(literals, key=lambda key: (-len(key[0]), key))
         ]
         pieces += [(key.encode(), False, None) for key in self.config_keys]
-        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *(h.encode() for h in CHAIN_HEADERS))]
+        pieces += [(word, False, None) for word in (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *CHAIN_HEADER_WORDS)]
         self.prefilter = make_prefilter(pieces) if pieces else None
         # Which signatures a candidate line can match: every literal found in it. Hyperscan reports
         # every occurrence of every literal; the regex alternation reports one literal per position
@@ -919,11 +921,11 @@ class Scanner:
 
 _COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a line
 _PREFIX_STARTS = (b"(", b"[", b">")
+_STAMP_START = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T")  # the start of a collector's stamp, checked cheaply
 
 
 def _opens_traceback(line: str) -> bool:
-    return TRACEBACK_HEADER in line or any(header in line for header in CHAIN_HEADERS)
-_STAMP_START = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T")
+    return any(header in line for header in TRACEBACK_OPENERS)
 
 
 def _may_have_prefix(data: bytes, start: int = 0) -> bool:
