@@ -30,7 +30,11 @@ class Store:
     def __init__(self, indexed: Mapping[str, frozenset[str]]) -> None:
         self.facts: list[Fact] = []
         self.by_type: dict[str, list[Fact]] = defaultdict(list)
-        self.keys: dict[tuple[Any, ...], Fact] = {}
+        # Facts by the hash of their key, not the key: a key is a tuple of every field a fact has,
+        # most of its size, and a folder of 100,000 files asserts as many facts. A fact whose key's
+        # hash another fact took is kept by its key in `colliding`.
+        self.keys: dict[int, Fact] = {}
+        self.colliding: dict[tuple[Any, ...], Fact] = {}
         self.indexed = indexed
         self.index: dict[tuple[str, str, Any], list[Fact]] = defaultdict(list)
         # Fact ids beside each list, kept sorted by construction, for bisecting a semi-naive range.
@@ -42,7 +46,10 @@ class Store:
 
     def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Evidence, ...]) -> Fact | None:
         key = fact_key(type_, fields)
-        existing = self.keys.get(key)
+        digest = hash(key)
+        existing = self.keys.get(digest)
+        if existing is not None and existing.key != key:
+            existing = self.colliding.get(key)
         if existing is not None:
             # Set semantics: the fact exists already; keep the extra proof lines it was derived from.
             merged = list(existing.evidence)
@@ -56,7 +63,10 @@ class Store:
         fact = Fact(len(self.facts), type_, fields if type(fields) is dict else dict(fields), evidence)
         self.facts.append(fact)
         self._append(self.by_type[type_], fact)
-        self.keys[key] = fact
+        if digest in self.keys:
+            self.colliding[key] = fact
+        else:
+            self.keys[digest] = fact
         for name in self.indexed.get(type_, ()):
             if name in fact.fields:
                 self._append(self.index[(type_, name, equality_key(fact.fields[name]))], fact)

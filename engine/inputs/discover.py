@@ -20,6 +20,7 @@ from ..base.vocabulary import InputKind
 from . import archives
 from .containerlogs import JsonFileDecoder, is_json_file_log
 from .filetypes import CONFIG_SUFFIXES, LOG_SUFFIXES, RAY_WORKER_SUFFIXES, is_archive_candidate
+from .pastes import IndentStripper, pasted_indent
 from .walk import folders
 
 SNIFF_BYTES = 8192
@@ -40,8 +41,12 @@ class Source:
 
     display: str
     open: Callable[[], BinaryIO]
-    name: str
+    name: str  # the file name its kind is told by; empty: the last part of `display`
     order: tuple[str, ...] = ()
+
+    @property
+    def filename(self) -> str:
+        return self.name or os.path.basename(self.display)
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,8 @@ def _file_sources(
         if members is not None:
             return _member_sources(path, display, members, warnings)
     size = info.st_size
-    return [Source(display, _opener(_OpenFile(display, warnings, size)), name)]
+    # The name is left to be worked out from the display name when needed: one string less per file.
+    return [Source(display, _opener(_OpenFile(display, warnings, size)), "")]
 
 
 class _OpenFile:
@@ -256,7 +262,8 @@ class Checked(archives.Reader):
       something and a whole log is not one 'line';
     - UTF-16 text (a byte-order mark, or NULs in every other byte of plain text), decoded and
       handed on as UTF-8 instead of being skipped as binary;
-    - Docker's json-file log, handed on as the text of its records (inputs/containerlogs.py).
+    - Docker's json-file log, handed on as the text of its records (inputs/containerlogs.py);
+    - a log pasted as an indented block, handed on without the indentation (inputs/pastes.py).
     Warnings are told on close, and not for binary content, which the pipeline already skips.
     """
 
@@ -276,6 +283,8 @@ class Checked(archives.Reader):
         self._utf16: codecs.IncrementalDecoder | None = None
         self._decoded = 0  # bytes handed on (after UTF-16 decoding)
         self._json: JsonFileDecoder | None = None
+        self._indent: IndentStripper | None = None
+        self._indent_looked = False
 
     def read(self, size: int | None = -1) -> bytes:  # type: ignore[override]
         self._reads += 1
@@ -299,6 +308,17 @@ class Checked(archives.Reader):
                 if not decoded and data:
                     continue
                 data = decoded
+            if not self._indent_looked and data:
+                self._indent_looked = True
+                indent = pasted_indent(data, whole=self._size is not None and self._left <= 0)
+                if indent is not None:
+                    self._indent = IndentStripper(indent)
+            if self._indent is not None:
+                # Held back: what may be the indentation of a line the next read goes on with.
+                stripped = self._indent.strip(data, final=not data)
+                if not stripped and data:
+                    continue
+                data = stripped
             break
         return self._look(data) if data else data
 
@@ -352,6 +372,9 @@ class Checked(archives.Reader):
         if self._json is not None:
             skipped = f" ({self._json.undecodable} lines were not records and were read as they are)" if self._json.undecodable else ""
             notes.append(f"Docker json-file log; read as the text of its records{skipped}")
+        if self._indent is not None and self._indent.stripped:
+            shown = self._indent.indent.decode("ascii").replace("\t", "\\t")
+            notes.append(f"every line is indented by {shown!r}, as in a pasted block; read without it ({self._indent.stripped} lines)")
         if self._bad_utf8 is not None:
             notes.append(f"not valid UTF-8 (first bad byte at offset {self._bad_utf8}); undecodable bytes read as U+FFFD")
         if self._bare_cr:
@@ -383,7 +406,7 @@ def _utf16(head: bytes) -> str | None:
 
 def classify(source: Source, head: bytes) -> InputKind:
     """The kind of an input, from its name first and its first bytes second."""
-    name = source.name.lower()
+    name = source.filename.lower()
     suffix = Path(name).suffix
     text = head.decode("utf-8", "replace")
     if "most recent call first)" in text and ("Thread 0x" in text or "Stack (most recent" in text) or (

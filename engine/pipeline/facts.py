@@ -46,10 +46,8 @@ def hit_facts(scan: FileScan) -> list[BaseFact]:
         sig_id = tally.signature
         assert tally.first is not None
         fields: dict[str, Any] = dict(tally.first.values)
-        if tally.last is not None and tally.last is not tally.first:
-            fields.update({f"last_{name}": value for name, value in tally.last.values.items()})
-        else:
-            fields.update({f"last_{name}": value for name, value in tally.first.values.items()})
+        last = tally.last if tally.last is not None else tally.first
+        fields.update({_last_name(name): value for name, value in last.values.items()})
         fields.update(
             signature=sig_id,
             path=scan.path,
@@ -63,6 +61,17 @@ def hit_facts(scan: FileScan) -> list[BaseFact]:
         )
         facts.append(BaseFact("hit", fields, tally_evidence(scan.path, tally)))
     return facts + env_facts(scan)
+
+
+_LAST_NAMES: dict[str, str] = {}
+
+
+def _last_name(name: str) -> str:
+    """`last_<name>`, one string per name however many facts carry it."""
+    found = _LAST_NAMES.get(name)
+    if found is None:
+        found = _LAST_NAMES[name] = f"last_{name}"
+    return found
 
 
 def env_facts(scan: FileScan) -> list[BaseFact]:
@@ -83,10 +92,20 @@ def env_facts(scan: FileScan) -> list[BaseFact]:
                     if name in seen:
                         continue
                     seen.add(name)
-                    evidence = (Evidence(path=scan.path, line=record.line, text=record.text, signature=tally.signature),)
+                    evidence = (cited(path=scan.path, line=record.line, text=record.text, signature=tally.signature),)
                     fields = {"name": name, "value": str(item), "path": scan.path, "line": record.line, "source": "log"}
                     facts.append(BaseFact("env", fields, evidence))
     return facts
+
+
+# One set of field names shared by every citation (a pydantic model otherwise keeps its own set of
+# the fields it was given): a folder of 100,000 logs makes as many citations.
+_EVIDENCE_FIELDS: Any = frozenset(Evidence.model_fields)
+
+
+def cited(*, path: str, line: int, text: str, signature: str) -> Evidence:
+    """A line cited as evidence, built without validation: every value comes typed from a scan."""
+    return Evidence.model_construct(_EVIDENCE_FIELDS, path=path, line=line, text=text, signature=signature)
 
 
 def tally_evidence(path: str, tally: Tally) -> tuple[Evidence, ...]:
@@ -97,7 +116,7 @@ def tally_evidence(path: str, tally: Tally) -> tuple[Evidence, ...]:
         if record is None or record.line in seen:
             continue
         seen.add(record.line)
-        out.append(Evidence(path=path, line=record.line, text=record.text, signature=tally.signature))
+        out.append(cited(path=path, line=record.line, text=record.text, signature=tally.signature))
     return tuple(out)
 
 
@@ -108,7 +127,7 @@ def echo_facts(scan: FileScan) -> list[BaseFact]:
         if (echo.key, echo.value) in seen:
             continue
         seen.add((echo.key, echo.value))
-        evidence = (Evidence(path=scan.path, line=echo.line, text=echo.text, signature=f"config:{echo.key}"),)
+        evidence = (cited(path=scan.path, line=echo.line, text=echo.text, signature=f"config:{echo.key}"),)
         fields = {"key": echo.key, "name": echo.key.rsplit(".", 1)[-1], "value": coerce_config(echo.value), "path": scan.path, "line": echo.line, "source": "log"}
         facts.append(BaseFact("config", fields, evidence))
     return facts
@@ -120,7 +139,7 @@ def config_file_facts(display: str, data: bytes | BinaryIO, warnings: list[str])
     facts = []
     for entry in read_config(display, stream, warnings):
         line = max(entry.line, 1)
-        evidence = (Evidence(path=display, line=line, text=entry.text, signature=f"config:{entry.key}"),)
+        evidence = (cited(path=display, line=line, text=entry.text, signature=f"config:{entry.key}"),)
         fields = {"key": entry.key, "name": entry.key.rsplit(".", 1)[-1], "value": entry.value, "path": display, "line": line, "source": "file"}
         facts.append(BaseFact("config", fields, evidence))
     return facts
@@ -136,7 +155,7 @@ def env_report_facts(display: str, lines: Iterable[tuple[int, str]]) -> list[Bas
             return
         seen.add(key)
         fields.update(path=display, line=line_no)
-        facts.append(BaseFact(type_, fields, (Evidence(path=display, line=line_no, text=text, signature=f"env:{type_}"),)))
+        facts.append(BaseFact(type_, fields, (cited(path=display, line=line_no, text=text, signature=f"env:{type_}"),)))
 
     for line_no, raw in lines:
         text = raw.rstrip("\r\n")
@@ -248,7 +267,7 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
         stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
 
         def evidence(frame: Frame, label: str, path: str = stack.path) -> Evidence:
-            return Evidence(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
+            return cited(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
 
         common = {"path": stack.path, "process": stack.process, "thread": stack.thread, "main": stack.main, "stack": stack_id, "dump": stack.kind, "state": stack.state}
         top = stack.frames[0]
@@ -277,7 +296,7 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
             "path": odd.path, "process": odd.process, "thread": odd.thread, "top": odd.frames[0].text, "line": odd.frames[0].log_line,
             "majority_top": outlier.majority[0] if outlier.majority else "", "majority_count": outlier.majority_count, "total": outlier.total,
         }
-        ev = Evidence(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
+        ev = cited(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
         facts.append(BaseFact("stack_outlier", fields, (ev,)))
     return facts
 
@@ -357,7 +376,7 @@ def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Evidence, ...]:
     for number, text in lines:
         if number not in seen and len(out) < 8:
             seen.add(number)
-            out.append(Evidence(path=path, line=number, text=cut(text, MAX_TEXT), signature="failure"))
+            out.append(cited(path=path, line=number, text=cut(text, MAX_TEXT), signature="failure"))
     return tuple(out)
 
 

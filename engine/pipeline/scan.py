@@ -82,7 +82,7 @@ class ByteStream(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class HitRecord:
     """One matched line. Values and the timestamp are worked out only for the records a tally
     keeps (first, samples, last), when the file is done: most hits are counted and dropped."""
@@ -103,7 +103,7 @@ class HitRecord:
             self.match = self.sig = None  # nothing unpicklable or large stays behind
 
 
-@dataclass
+@dataclass(slots=True)
 class Tally:
     signature: str
     count: int = 0
@@ -126,7 +126,7 @@ class Tally:
             self.ranks.add(record.rank)
 
 
-@dataclass
+@dataclass(slots=True)
 class ConfigEcho:
     key: str
     value: str
@@ -134,7 +134,7 @@ class ConfigEcho:
     text: str
 
 
-@dataclass
+@dataclass(slots=True)
 class Unexplained:
     template: str
     count: int
@@ -157,6 +157,8 @@ class FileScan:
 
 
 _NOTHING: Any = MappingProxyType({})
+_NO_ITEMS: Any = ()
+_NO_RANKS: Any = frozenset()
 
 
 def compact(scan: FileScan) -> FileScan:
@@ -169,6 +171,14 @@ def compact(scan: FileScan) -> FileScan:
     for name in ("config", "warnings", "stack_headers", "failures"):
         if not getattr(scan, name):
             setattr(scan, name, ())
+    for tally in scan.tallies.values():
+        if not tally.samples:
+            tally.samples = _NO_ITEMS
+        if not tally.ranks:
+            tally.ranks = _NO_RANKS
+        for record in (tally.first, *tally.samples, tally.last):
+            if record is not None and not record.values:
+                record.values = _NOTHING
     return scan
 
 
