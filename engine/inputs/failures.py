@@ -18,6 +18,9 @@ from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
+# The start of an exception line, for headers that are taken off only in front of one.
+_EXCEPTION_START = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?[:：]"
+
 _HEADERS = (
     # Ray's remote-output prefixes, old and new style: `(WorkerDict pid=1, ip=h) `, `[Engine pid=1] `,
     # and vLLM's worker prefixes `(VllmWorker rank=1 pid=4888) `.
@@ -25,6 +28,8 @@ _HEADERS = (
     re.compile(r"^\((?:raylet|autoscaler|scheduler|gcs_server|dashboard)(?: \+[\dhms.]+)?\) ?"),
     # torchrun / accelerate: `[rank3]: `, `[default0]:`.
     re.compile(r"^\[(?:rank(?P<rank>\d+)|[A-Za-z_]+(?P<local>\d+))\]:\s?"),
+    # The same with the rank blanked out by the paste's author: `[rankx]: `, `[rank*]: `.
+    re.compile(r"^\[rank[^\]\s\d][^\]\s]{0,7}\]:\s?"),
     # vLLM's logger: `ERROR 06-03 23:13:39 worker_base.py:148] `, `ERROR 12-18 15:51:23 [v1/engine/core.py:710] `.
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./\-]+:\d+\] ?"),
     # glog / abseil / torch C++: `E0418 15:55:06.123456 1234 file.cc:12] `.
@@ -40,8 +45,14 @@ _HEADERS = (
     re.compile(r"^\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>: ?"),
     re.compile(r"^(?P<host>\d{1,3}(?:\.\d{1,3}){3}|[A-Za-z][\w-]*\d): "),
     re.compile(r"^(?P<service>[A-Za-z][\w.-]*-\d+)\s+\| "),
-    # A paste quoted in a Markdown reply.
+    # A paste quoted in a Markdown reply, or an exception line set in bold (`**RuntimeError: …**`).
     QUOTE_PREFIX,
+    re.compile(rf"^\*\*(?={_EXCEPTION_START})"),
+    # In front of an exception line only: a label naming the task or node (NeMo-Run's
+    # `nemo-run-0/0 `, `worker3 `), and a logger's record of an uncaught exception
+    # (`CRITICAL [olmo.util:158, rank=6] Uncaught HfHubHTTPError: …`).
+    re.compile(rf"^(?P<label>[A-Za-z][\w.-]*\d(?:/\d+)?) (?={_EXCEPTION_START})"),
+    re.compile(rf"^(?:(?:CRITICAL|ERROR|FATAL)\b.{{0,80}}?\s)?(?:Uncaught|Unhandled)(?: exception)?:?\s+(?={_EXCEPTION_START})"),
 )
 # Headers that start a new log record: a continuation of an exception message never carries one.
 _RECORD_START = re.compile(
@@ -73,8 +84,8 @@ def strip_headers(raw: str) -> tuple[str, str | None]:
                     process = f"{groups.get('actor') or 'pid'} pid={groups['pid']}"
                 elif groups.get("task"):
                     process = f"task{groups['task']}"
-                elif groups.get("host") or groups.get("service"):
-                    process = groups.get("host") or groups.get("service")
+                elif groups.get("host") or groups.get("service") or groups.get("label"):
+                    process = groups.get("host") or groups.get("service") or groups.get("label")
             text = text[match.end():]
             break
         else:

@@ -397,3 +397,29 @@ def test_colour_codes_that_lost_their_escape_byte_do_not_hide_a_ray_traceback() 
 def test_a_bracketed_duration_in_a_message_is_not_a_colour_code() -> None:
     (failure,) = parse("TimeoutError: no answer after [10m] of waiting")
     assert failure.message == "no answer after [10m] of waiting"
+
+
+@pytest.mark.parametrize(
+    ("line", "kind", "process"),
+    [
+        ("nemo-run-0/0 openai.RateLimitError: Error code: 429 - {'error': {}}", "RateLimitError", "nemo-run-0/0"),  # NeMo-Run's task label
+        ("worker3 ValueError: bad value", "ValueError", "worker3"),
+        ("CRITICAL [olmo.util:158, rank=6] Uncaught HfHubHTTPError: 429 Client Error: Too Many Requests", "HfHubHTTPError", None),
+        ("Unhandled exception: KeyError: 'prompt'", "KeyError", None),
+        ("**RuntimeError: world_size (8) is not equal to tensor_model_parallel_size (4)**", "RuntimeError", None),  # set in bold
+    ],
+)
+def test_an_exception_line_behind_a_label_or_a_loggers_words_is_read(line: str, kind: str, process: str | None) -> None:
+    (failure,) = parse(line)
+    assert (failure.type, failure.process) == (kind, process)
+
+
+@pytest.mark.parametrize("line", ["step-10 loss went up", "worker3 reached step 10", "node-1/2 Error rate: 0.1", "Unhandled cases: 3"])
+def test_a_label_is_taken_off_only_in_front_of_an_exception(line: str) -> None:
+    assert parse(line) == []
+
+
+def test_a_rank_blanked_out_in_a_paste_still_prefixes_its_traceback() -> None:
+    lines = [(number, "[rankx]: " + text) for number, text in enumerate(OOM_TRACEBACK, start=1)]
+    (failure,) = parse_failures(lines)
+    assert (failure.type, len(failure.frames), failure.package) == ("OutOfMemoryError", 1, "trl")
