@@ -17,9 +17,12 @@ then reports in one run:
   fastest; in a UTF-8 locale the same grep is many times slower);
 * peak RSS of diagnose for each log (target: <= 200 MB and flat as the input grows);
 * the 256 rank logs with --jobs 1 and --jobs 2, and the 100,000 tiny logs (time, peak RSS);
-* the hung run with 64 and with 256 py-spy dumps (time, peak RSS).
+* the hung run with 64 and with 256 py-spy dumps (time, peak RSS);
+* with --baseline, the same logs and tiny files diagnosed by another build too (a venv of an
+  earlier commit), and this build's time over that build's.
 
 Usage: python bench/run.py [--sizes 0.1,1,4] [--tiny 100000] [--ranks 256] [--dumps 256] [--workdir DIR] [--keep]
+                           [--baseline PYTHON]
 """
 
 from __future__ import annotations
@@ -260,10 +263,16 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="a Python with another rltriage build installed (a venv of an earlier commit): the sparse, dense and tiny runs are timed with it too, side by side",
+    )
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="rltriage-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     rltriage = [sys.executable, "-m", "rltriage", "diagnose", "--format", "json"]
+    baseline = [args.baseline, "-m", "rltriage", "diagnose", "--format", "json"] if args.baseline else None
     try:
         patterns, usable, total = grep_patterns(workdir)
         print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
@@ -278,7 +287,10 @@ def main() -> int:
             "matched: lines a signature matches (each kind of line checked with rltriage's scanner); "
             "grep: lines grep counts (patterns it cannot express are left out)"
         )
-        print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep':>5} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}")
+        if baseline:
+            print(f"baseline build: {args.baseline}; 'vs base' is this build's time over the baseline's (below 1: faster)")
+        extra = f" {'base s':>8} {'vs base':>8} {'base RSS MB':>12}" if baseline else ""
+        print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep':>5} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}{extra}")
         for mode in ("sparse", "dense"):
             share = signature_share(mode)
             for size_gb in [float(s) for s in args.sizes.split(",") if s]:
@@ -291,7 +303,12 @@ def main() -> int:
                 runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
                 diag_s = min(r[0] for r in runs)
                 rss = max(r[1] for r in runs)
-                print(f"{mode:>6} {size_gb:>5g}G {share:>8.0%} {grepped:>5.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}", flush=True)
+                line = f"{mode:>6} {size_gb:>5g}G {share:>8.0%} {grepped:>5.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}"
+                if baseline:
+                    base_runs = [timed([*baseline, str(log)]) for _ in range(args.repeat)]
+                    base_s = min(r[0] for r in base_runs)
+                    line += f" {base_s:>8.2f} {diag_s / base_s:>8.2f} {max(r[1] for r in base_runs) / 1024:>12.1f}"
+                print(line, flush=True)
                 if not args.keep:
                     log.unlink()
         if args.ranks:
@@ -326,6 +343,9 @@ def main() -> int:
                 write_tiny_files(folder, args.tiny)
             seconds, rss, _out = timed([*rltriage, str(folder)])
             print(f"{args.tiny} tiny logs: {seconds:.2f} s, peak RSS {rss / 1024:.1f} MB")
+            if baseline:
+                base_s, base_rss, _out = timed([*baseline, str(folder)])
+                print(f"{args.tiny} tiny logs, baseline build: {base_s:.2f} s, peak RSS {base_rss / 1024:.1f} MB (this build: {seconds / base_s:.2f}x the time, {rss / base_rss:.2f}x the memory)")
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
