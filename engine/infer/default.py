@@ -48,7 +48,8 @@ class Store:
         key = fact_key(type_, fields)
         digest = hash(key)
         existing = self.keys.get(digest)
-        if existing is not None and existing.key != key:
+        # Equal fields give equal keys; only a fact that differs is checked by its key.
+        if existing is not None and not (existing.type == type_ and existing.fields == fields) and existing.key != key:
             existing = self.colliding.get(key)
         if existing is not None:
             # Set semantics: the fact exists already; keep the extra proof lines it was derived from.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..base.contract import Evidence
@@ -46,8 +46,18 @@ class Inference:
     firings: list[Firing]
     suppressions: list[SuppressionRecord]
 
+    # Facts by type, built on the first lookup (and again if facts were added since): the report asks
+    # for one type many times, and a folder of 100,000 files has as many input facts.
+    _by_type: dict[str, list[Fact]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _indexed: int = field(default=-1, init=False, repr=False, compare=False)
+
     def facts_of(self, type_: str) -> list[Fact]:
-        return [f for f in self.facts if f.type == type_]
+        if self._indexed != len(self.facts):
+            self._by_type = {}
+            for fact in self.facts:
+                self._by_type.setdefault(fact.type, []).append(fact)
+            self._indexed = len(self.facts)
+        return list(self._by_type.get(type_, ()))
 
     def fired(self, rule_id: str) -> bool:
         return any(f.rule == rule_id for f in self.firings)

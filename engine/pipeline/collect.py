@@ -97,9 +97,9 @@ def _compiled(pattern: Pattern) -> CompiledPattern:
     return compile_pattern(pattern)
 
 
-def _matches(pattern: Pattern, facts: Sequence[Fact]) -> bool:
+def _matches(pattern: Pattern, inference: Inference) -> bool:
     compiled = _compiled(pattern)
-    return any(literal_match(compiled, f) for f in facts)
+    return any(literal_match(compiled, f) for f in inference.facts_of(compiled.type))
 
 
 def _key(pattern: Pattern) -> str:
@@ -259,7 +259,7 @@ def plan(kb: KnowledgeBase, inference: Inference, ranking: Ranking, scans: Seque
             for polarity in ("confirms", "rules_out"):
                 for pattern in getattr(entry, polarity):
                     key = _key(pattern)
-                    if _matches(pattern, facts):
+                    if _matches(pattern, inference):
                         skipped.append((entry.item, f"{cause.rule}: {polarity} {key} is already in the inputs"))
                         continue
                     outcomes.setdefault(entry.item, {}).setdefault(cause.rule, []).append(Outcome(cause.rule, polarity, key, entry.note))
@@ -269,7 +269,7 @@ def plan(kb: KnowledgeBase, inference: Inference, ranking: Ranking, scans: Seque
         item = kb.catalog.get(item_id)
         if item is None:
             continue
-        if any(_matches(p, facts) for p in item.model.collected_when):
+        if any(_matches(p, inference) for p in item.model.collected_when):
             skipped.append((item_id, "already in the inputs"))
             continue
         by_rule = outcomes.get(item_id, {})

@@ -17,6 +17,7 @@ so `--no-redact` output only loses what a cut would have split.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -322,7 +323,13 @@ def continued(before: str, text: str) -> str:
 def redact_path(path: str) -> str:
     """A file or folder path redacted one name at a time: a secret in a folder's name (a value runs
     to the end of a name, never past a `/`) leaves the names after it readable."""
-    return "/".join(redact(part) for part in path.split("/"))
+    return "/".join(_redact_name(part) for part in path.split("/"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_name(name: str) -> str:
+    # The folders of a run's 100,000 files are the same few names: each is redacted once.
+    return redact(name)
 
 
 _PATH_KEYS = frozenset({"path", "inputs", "run"})  # result fields that hold a file or folder path
