@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections.abc import Iterable, Iterator
@@ -63,15 +64,10 @@ def hit_facts(scan: FileScan) -> list[BaseFact]:
     return facts + env_facts(scan)
 
 
-_LAST_NAMES: dict[str, str] = {}
-
-
+@functools.cache
 def _last_name(name: str) -> str:
     """`last_<name>`, one string per name however many facts carry it."""
-    found = _LAST_NAMES.get(name)
-    if found is None:
-        found = _LAST_NAMES[name] = f"last_{name}"
-    return found
+    return f"last_{name}"
 
 
 def env_facts(scan: FileScan) -> list[BaseFact]:
