@@ -18,8 +18,10 @@ from .stacks import FAULT_FRAME, FAULT_THREAD
 
 # --- what loggers and launchers put in front of each line of a traceback -------------------------
 
-# The start of an exception line, for headers that are taken off only in front of one.
-_EXCEPTION_START = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?[:：]"
+# An exception's name as it starts a message (`torch.OutOfMemoryError`, `RayTaskError(ValueError)`),
+# and with its colon: the start of an exception line, for headers taken off only in front of one.
+_EXCEPTION_NAME = r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?"
+_EXCEPTION_START = _EXCEPTION_NAME + "[:：]"
 
 _HEADERS = (
     # Ray's remote-output prefixes, old and new style: `(WorkerDict pid=1, ip=h) `, `[Engine pid=1] `,
@@ -121,7 +123,7 @@ EXCEPTION = re.compile(
 TRACEBACK_END = re.compile(r"^(?P<qual>(?:[A-Za-z_]\w*\.)*(?P<type>[A-Za-z_]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?:[:：][ \t]?(?P<message>.*?))?\s*$")
 # An exception line pasted without its traceback, named by its module: `pyarrow.lib.ArrowInvalid: …`.
 DOTTED_EXCEPTION = re.compile(r"^(?P<qual>(?:[a-z_]\w*\.)+(?P<type>[A-Z]\w*))(?:\((?P<inner>[A-Za-z_][\w.]*)\))?(?::[ \t]|：[ \t]?)(?P<message>.+?)\s*$")
-INLINE_EXCEPTION = re.compile(r"(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?:\([\w.]+\))?: ")
+INLINE_EXCEPTION = re.compile(r"(?<![\w.])" + _EXCEPTION_NAME + ": ")
 TERMINATE = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']+)'")
 WHAT = re.compile(r"^\s*what\(\):\s*(?P<message>.*)$")
 FATAL_PYTHON = re.compile(r"Fatal Python error: (?P<message>.+)$")

@@ -57,8 +57,8 @@ class IndentStripper:
         if not data:
             return data
         indent = self.indent
-        self.stripped += data.count(b"\n" + indent)
         out = data.replace(b"\n" + indent, b"\n")
+        self.stripped += (len(data) - len(out)) // len(indent)
         if self._line_start and out.startswith(indent):
             out = out[len(indent) :]
             self.stripped += 1
