@@ -153,7 +153,7 @@ SIGNAL_RECEIVED = re.compile(r"\bSignal (?P<num>\d+) \((?P<name>SIG[A-Z]+)\) rec
 ABSEIL_SIGNAL = re.compile(r"\*\*\* (?P<name>SIG[A-Z]+) received at time=")
 CAUGHT_SIGNAL = re.compile(r"Caught signal (?P<num>\d+) \((?P<desc>[^)]+)\)")
 EXIT_STATUS = re.compile(
-    r"\b(?:exit(?:ed)? with (?:exit )?(?:code|status)|exit (?:code|status)(?: of)?|returned non-zero exit status)\s*:?\s*(?P<code>-?\d+)",
+    r"\b(?:exit(?:ed|s)? with (?:exit |return )?(?:code|status)|exit (?:code|status)(?: of)?|returned non-zero exit status)\s*[:=]?\s*(?P<code>-?\d+)",
     re.IGNORECASE,
 )
 # How exception messages report that a process died of a signal: `killed by signal: Killed`

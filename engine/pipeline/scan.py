@@ -191,19 +191,20 @@ FATAL_WORDS = (
     b"Killed", b"Segmentation fault", b"Aborted", b"Bus error", b"Illegal instruction", b"Floating point exception",
     b"exitcode", b"exit code", b"exit status", b"Exited with", b"terminate called", b"received at time=",
     b"received by PID", b"Caught signal", b"Exit", b"Interrupt", b"Fault", b"TimeoutExpired", b"TooLarge", b"zsh: ",
+    b"exits with return code",
 )
 # A line that may end a failure record: an exception line, a C++ termination, a fatal signal or an
 # exit code. Cheap and loose on purpose: it only decides which lines are kept with their context for
 # the failure parser (inputs/failures.py), which knows the exact shapes.
 FAILURE_TRIGGER = re.compile(
     r"(?:Error|Exception|Exit|Interrupt|Fault|Failure|TimeoutExpired|TooLarge|Unavailable|NotFound)\w*(?:\([\w.]+\))?(?:[:：]|\s*$)"
-    r"|terminate called|Fatal Python error|exitcode|exit (?:code|status)|Exited with|Killed|Segmentation fault|Aborted"
+    r"|terminate called|Fatal Python error|exitcode|exit (?:code|status)|Exited with|exits with return code|Killed|Segmentation fault|Aborted"
     r"|Bus error|Illegal instruction|Floating point exception|received at time=|received by PID|Caught signal|zsh: "
 )
 # Words without which FAILURE_TRIGGER cannot match: lines without one need no trigger check.
 TRIGGER_WORDS = (
     "Error", "Exception", "Exit", "Interrupt", "Fault", "Failure", "TimeoutExpired", "TooLarge", "Unavailable", "NotFound",
-    "terminate called", "Fatal Python error", "exitcode", "exit code", "exit status", "Exited with", "Killed", "Segmentation fault",
+    "terminate called", "Fatal Python error", "exitcode", "exit code", "exit status", "Exited with", "exits with return code", "Killed", "Segmentation fault",
     "Aborted", "Bus error", "Illegal instruction", "Floating point exception", "received at time=", "received by PID", "Caught signal", "zsh: ",
 )
 # A traceback's header keeps the lines after it, up to its exception line, whatever that is named
@@ -220,11 +221,15 @@ FAILURE_BYTES = 64 * 1024  # at most this much text is looked back over
 FAILURE_TEXT = 1000  # context lines are cut to this many characters
 FAILURE_WINDOWS = (32, 96)  # windows kept from the start and from the end of a file
 FAILURE_LINE = re.compile(r"\b(?:ERROR|FATAL|CRITICAL)\b|\b\w*(?:Error|Exception)\b(?=:|\(|\s*$)|\b[Ff]ailed\b")
-STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v")
+# A py-spy dump is often pasted without its `Process …` / `Python v…` lines: its thread lines open it too.
+STACK_HEADERS = (b"most recent call first)", b"Traceback (most recent call last)", b"Python v", b" (idle)", b" (active")
 # What else the full path looks for on a line: FAILURE_LINE's words, stack headers, Ray's repeat suffix.
 CHAIN_HEADER_WORDS = tuple(header.encode() for header in CHAIN_HEADERS)
 FULL_PATH_WORDS = (*FAILURE_WORDS, *FATAL_WORDS, *STACK_HEADERS, *CHAIN_HEADER_WORDS, b"CRITICAL", b"[repeated ")
-STACK_HEADER_LINE = re.compile(r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d")
+STACK_HEADER_LINE = re.compile(
+    r"(?:Thread 0x[0-9a-fA-F]+|Current thread 0x[0-9a-fA-F]+|Stack) \(most recent call first\):|Traceback \(most recent call last\):|^Python v\d"
+    r"|^Thread (?:0x[0-9a-fA-F]+|\d+) \((?:idle|active(?:\+gil)?|gil|unknown)\)(?=:|\s*$)"
+)
 MAX_UNEXPLAINED = 300
 MAX_STACK_HEADERS = 400
 _MASKS = (
@@ -326,7 +331,10 @@ class FailureWindows:
         return mask_key_blocks(sorted(merged.items()))  # a key's body lines are secrets one by one
 
 
-_CONFIG_VALUE = r"""['"]?\s*(?:=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
+_CONFIG_VALUE = r"""['"]?\s*(?P<sep>=|:|\s)\s*['"]?(?P<value>\[[^\]]{0,400}\]|[^\s,)'"}\]]+)"""
+# After a bare key and a space (no `--`, `=` or `:`), only a value that cannot be a word of prose: in
+# "Increase gpu_memory_utilization or tensor_parallel_size to provide …" neither key is set to anything.
+_SPACED_VALUE = re.compile(r"[-+]?\.?\d[\w.+-]*|(?i:true|false|none|null)|(?:torch\.)?(?:b?float\d+|half|bf16|fp16|fp32)")
 
 
 class Scanner:
@@ -925,6 +933,8 @@ class Scanner:
                     result.unexplained[template] = Unexplained(template, segment.repeat, line_no, cut_text(segment.raw, MAX_TEXT))
             if self.config_re is not None:
                 for match in self.config_re.finditer(segment.text):
+                    if match.group("sep").isspace() and match.start("key") == match.start() and not _SPACED_VALUE.fullmatch(match.group("value")):
+                        continue
                     if len(result.config) < 10_000:
                         result.config.append(ConfigEcho(match.group("key").lstrip("-"), match.group("value"), line_no, cut_text(segment.raw, MAX_TEXT)))
 
