@@ -69,7 +69,7 @@ def assert_same_scan(scanners: tuple[Scanner, Scanner], data: bytes, kind: Input
 
 def report_of(paths: list[str], kb: KnowledgeBase) -> tuple[list[Any], str]:
     analysis = analyse(paths, kb=kb)
-    facts = [(f.type, sorted(f.fields.items(), key=lambda item: item[0]), f.evidence) for f in analysis.facts]
+    facts = [(f.type, repr(sorted(f.fields.items(), key=lambda item: item[0])), f.evidence) for f in analysis.facts]  # repr: nan != nan
     return facts, render_report(kb, analysis.diagnosis, "json")
 
 
