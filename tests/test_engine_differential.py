@@ -6,6 +6,8 @@ editing this file.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +45,25 @@ def _analyse(folder: Path, engine: str) -> Analysis:
     return analyse(run_inputs(folder), kb=KB, engine=engine, mode=expect.mode)
 
 
-def _facts(inference: Inference) -> list[tuple[int, str, dict[str, Any], tuple[tuple[str, int], ...]]]:
-    return [(f.id, f.type, dict(f.fields), tuple((e.path, e.line) for e in f.evidence)) for f in inference.facts]
+def _comparable(value: Any) -> Any:
+    """Field values as compared across engines: mappings in key order, and NaN (a logged metric can
+    be one) equal to itself."""
+    if isinstance(value, Mapping):
+        return tuple(sorted(((str(k), _comparable(v)) for k, v in value.items()), key=lambda item: item[0]))
+    if isinstance(value, (list, tuple)):
+        return tuple(_comparable(v) for v in value)
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return value
+
+
+def _facts(inference: Inference) -> list[tuple[int, str, Any, tuple[tuple[str, int], ...]]]:
+    return [(f.id, f.type, _comparable(f.fields), tuple((e.path, e.line) for e in f.evidence)) for f in inference.facts]
 
 
 def _firings(inference: Inference) -> list[tuple[Any, ...]]:
     return [
-        (f.rule, f.stratum, f.facts, f.derived, f.weight, f.cause, tuple((e.path, e.line) for e in f.evidence), f.bindings)
+        (f.rule, f.stratum, f.facts, f.derived, f.weight, f.cause, tuple((e.path, e.line) for e in f.evidence), _comparable(f.bindings))
         for f in inference.firings
     ]
 
