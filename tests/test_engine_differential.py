@@ -47,13 +47,14 @@ def _analyse(folder: Path, engine: str) -> Analysis:
 
 def _comparable(value: Any) -> Any:
     """Field values as compared across engines: mappings in key order, and NaN (a logged metric can
-    be one) equal to itself."""
+    be one) equal to itself: every NaN becomes the one `math.nan` object, which containers compare
+    by identity first, and which no string or number equals."""
     if isinstance(value, Mapping):
         return tuple(sorted(((str(k), _comparable(v)) for k, v in value.items()), key=lambda item: item[0]))
     if isinstance(value, (list, tuple)):
         return tuple(_comparable(v) for v in value)
     if isinstance(value, float) and math.isnan(value):
-        return "nan"
+        return math.nan
     return value
 
 
