@@ -97,7 +97,9 @@ def strip_headers(raw: str) -> tuple[str, str | None]:
 
 # --- shapes ---------------------------------------------------------------------------------------
 
-TRACEBACK = re.compile(r"^\s*(?:[A-Za-z_]\w*\s+)?Traceback \(most recent call last\):?\s*$")
+# Also behind torchrun's `traceback :` label in its ChildFailedError table, which indents the whole
+# traceback under it.
+TRACEBACK = re.compile(r"^\s*(?:[A-Za-z_]\w*\s+|traceback\s*:\s*)?Traceback \(most recent call last\):?\s*$")
 THREAD_HEADER = re.compile(r"^Exception in thread .+?:?\s*$")
 # `sys.unraisablehook`: an exception in `__del__` or a callback, printed and ignored.
 IGNORED_HEADER = re.compile(r"^Exception ignored in\b")
@@ -368,6 +370,7 @@ class _Parser:
         self.chain = 0
         self.link: str | None = None
         self.open = False  # inside a traceback
+        self.indent = 0  # the open traceback's own indentation (its header's): its exception line has it too
         self.ignored = False
         self.stale = 0
 
@@ -406,7 +409,16 @@ class _Parser:
         ))
 
     def _close(self) -> None:
-        self.frames, self.open, self.link, self.ignored = [], False, None, False
+        self.frames, self.open, self.link, self.ignored, self.indent = [], False, None, False, 0
+
+    def _dedented(self, text: str) -> str:
+        """The line without the open traceback's own indentation, when it has exactly that much: a
+        traceback pasted indented, or printed in torchrun's failure table, ends in an exception line at
+        its header's indentation (source lines sit deeper and keep theirs)."""
+        indent = self.indent
+        if indent and self.open and len(text) > indent and text[:indent].isspace() and not text[indent].isspace():
+            return text[indent:]
+        return text
 
     def _start(self, ignored: bool = False) -> None:
         if self.link is None:
@@ -419,6 +431,7 @@ class _Parser:
         if TRACEBACK.match(text):
             if not self.ignored or self.frames:
                 self._start(self.ignored and not self.frames)
+                self.indent = len(text) - len(text.lstrip())
             return i + 1
         if THREAD_HEADER.match(text) or IGNORED_HEADER.match(text):
             self.link = None
@@ -434,6 +447,7 @@ class _Parser:
         if frame is not None or cell is not None:
             if not self.open:
                 self._start()
+                self.indent = max(0, len(text) - len(text.lstrip()) - 2)  # the header was missed: frames sit 2 deeper
             if frame is not None:
                 file = frame.group("file")
                 tf = TraceFrame(file, int(frame.group("line")), frame.group("func"), package_of(file), line.number, line.raw)
@@ -445,7 +459,7 @@ class _Parser:
                 del self.frames[8]  # keep the outermost few and the innermost many
             self.stale = 0
             return self._code(i + 1, tf)
-        exc = _exception(text, after_frames=self.open and bool(self.frames))
+        exc = _exception(self._dedented(text), after_frames=self.open and bool(self.frames))
         if exc is not None and (self.open or exc.group("message") is not None):
             return self._exception(i, exc)
         other = self._other(i)
@@ -470,9 +484,10 @@ class _Parser:
             if not text.strip() or FRAME.match(text) or IPY_FRAME.match(text) or TRACEBACK.match(text) or CHAIN.match(text):
                 return i
             arrow = IPY_ARROW.match(text)
-            if arrow is None and _exception(text) is not None:
+            own = self._dedented(text)
+            if arrow is None and _exception(own) is not None:
                 return i
-            if arrow is None and not text[:1].isspace() and (frame.code or self.lines[i - 1].number != frame.log_line):
+            if arrow is None and not own[:1].isspace() and (frame.code or self.lines[i - 1].number != frame.log_line):
                 return i  # an unindented line ends the source lines, except right after the frame (pastes lose indentation)
             if arrow is not None:
                 frame.code, frame.code_line, frame.code_text = arrow.group("code").strip(), line.number, line.raw
@@ -524,7 +539,7 @@ class _Parser:
         failure.detail = " ".join(strip_headers(raw)[0].strip() for _n, raw in failure.detail_lines)[:1000]
         _signal_fields(failure, f"{failure.message} {failure.detail}")
         self.failures.append(failure)
-        self.frames, self.open, self.link, self.ignored, self.context = [], False, None, False, []
+        self.frames, self.open, self.link, self.ignored, self.context, self.indent = [], False, None, False, [], 0
         return i
 
     def _other(self, i: int) -> ParsedFailure | None:

@@ -36,6 +36,7 @@ SPLIT_SAME_OBSERVATION = 2.0  # one observation confirms one and rules out the o
 SPLIT_OPPOSITE = 1.5  # it could confirm one and rule out the other, through different observations
 SPLIT_DIFFERENT = 1.0  # it would show different things under each
 SPLIT_ONE_SIDED = 1.0  # it speaks about one of them only
+_VERB = {"confirms": "confirm", "rules_out": "rule out"}  # what an item would do to the top cause
 THIN_GAPS = (Gap.generic_cause, Gap.single_input, Gap.no_stage_proof, Gap.no_env_report, Gap.no_rank_logs)
 
 
@@ -286,7 +287,7 @@ def plan(kb: KnowledgeBase, inference: Inference, ranking: Ranking, scans: Seque
             polarities = {o.polarity for o in only}
             if polarities:
                 points = 2.0 if len(polarities) == 2 else 1.0
-                choice.pairs.append((hypotheses[0].rule, "", points, "it would " + " and ".join(sorted(p.replace("_", " ") for p in polarities)) + " the top cause"))
+                choice.pairs.append((hypotheses[0].rule, "", points, "it would " + " or ".join(sorted(_VERB[p] for p in polarities)) + " the top cause"))
                 choice.score += points * hypotheses[0].score
         if item.model.gap in gaps:
             choice.gaps.append(item.model.gap)  # type: ignore[arg-type]

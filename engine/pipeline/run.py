@@ -83,6 +83,15 @@ def _is_archive(path: str) -> bool:
     return os.path.isfile(path) and bool(re.search(r"\.(?:tar(?:\.\w+)?|tgz|zip|zst)$", path))
 
 
+def _kept(result: tuple[FileScan | None, list[BaseFact], list[Warning]]) -> tuple[FileScan | None, Sequence[BaseFact], Sequence[Warning]]:
+    """What is kept of a source's result until every source is read: the scan made compact and the
+    empty lists replaced by the one empty tuple, as each result comes. Done at the end instead,
+    100,000 files would keep their empty containers until then, and free them in one go into
+    memory the rest of the run cannot all reuse."""
+    scan, extra, notes = result
+    return (compact(scan) if scan is not None else None, extra or (), notes or ())
+
+
 def _name_order(source: Source) -> tuple[str, ...]:
     """Sources by the names they are cited with; an archive's members by member name."""
     return (source.display,)
@@ -130,15 +139,15 @@ def _analyse(
     parsed: list[BaseFact] = []
     # Read in the order that suits the reader (archive members in archive order), then used in
     # name order: the member order of an archive must not change a byte of the output.
-    results = list(zip(sources, tracked(sources, read_sources(sources, kb, scanner, jobs)), strict=True))
+    results = list(zip(sources, map(_kept, tracked(sources, read_sources(sources, kb, scanner, jobs))), strict=True))
     results.sort(key=lambda item: _name_order(item[0]))
     sources = [source for source, _result in results]
     for _source, (scan, extra, notes) in results:
         warnings.extend(notes)
         parsed.extend(extra)
         if scan is not None:
-            scans.append(compact(scan))
-    del results  # the scans as read: only their compact copies are kept (100,000 files make as many)
+            scans.append(scan)
+    del results
     facts.extend(run_facts(mode, scans, len(sources)))
     # Only the files with stack dumps are opened again.
     dumps = {scan.path for scan in scans if scan.stack_headers}

@@ -545,6 +545,7 @@ class Scanner:
         ids: list[int] = []
         countable, widened = self._countable(matcher, kind)
         unconfirmed: dict[int, list[tuple[int, bytes]]] = {}  # widened hits on countable lines, by work item
+        special: list[int] = []  # the work items with hits of their own (_HITS, _PIECES): few of all lines
         for hit in hits:
             end = hit >> 11
             if end == current:
@@ -552,7 +553,8 @@ class Scanner:
                 continue
             if current >= 0:
                 start = rfind(b"\n", 0, current) + 1
-                prefixed = _may_have_prefix(chunk, start)
+                first = chunk[start] if start < size else 10  # _may_have_prefix(chunk, start), inlined: once per line
+                prefixed = first in _PREFIX_FIRST or (48 <= first <= 57 and _STAMP_START.match(chunk, start) is not None)
                 if not prefixed and plain.issuperset(ids):
                     work.append((current, _COUNT, ids))  # the common line: exact signature hits, nothing else
                 elif not prefixed and countable.issuperset(ids):
@@ -562,7 +564,7 @@ class Scanner:
                         if index in widened:
                             unconfirmed.setdefault(index, []).append((len(work) - 1, raw))
                 else:
-                    self._sort_line(chunk, start, current, ids, prefixed, roles, result, work, pieces)
+                    self._sort_line(chunk, start, current, ids, prefixed, roles, result, work, pieces, special)
             current = end
             ids = [hit & 2047]
         for index, lines in unconfirmed.items():
@@ -584,11 +586,12 @@ class Scanner:
         on_piece: list[list[int]] = [[] for _ in pieces]
         if pieces:
             self._match_pieces(matcher, pieces, on_piece)
-        for number, (end, what, data) in enumerate(work):
+        for number in special:
+            end, what, data = work[number]
             if what == _PIECES:
                 raw, cut = data
                 work[number] = (end, _HITS, (raw, [(index, rank, text) for piece, rank, text in cut for index in on_piece[piece]]))
-        self._confirm(matcher, work)
+        self._confirm(matcher, work, special)
         # The literals on the lines that take the full path, found in one scan.
         literals_on = self._literals_on([chunk[chunk.rfind(b"\n", 0, end) + 1 : end] for end, what, _data in work if what == _FULL])
         tallies = result.tallies
@@ -653,8 +656,10 @@ class Scanner:
         result: FileScan,
         work: list[tuple[int, int, Any]],
         pieces: list[bytes],
+        special: list[int],
     ) -> None:
-        """What the aggregated path does with a line that is not a plain count."""
+        """What the aggregated path does with a line that is not a plain count (`special` gets the
+        position of the work item when it is one with hits: _HITS or _PIECES)."""
         marks = 0
         found: list[int] = []
         for index in ids:
@@ -676,6 +681,7 @@ class Scanner:
             parts = [raw]
         else:
             if found:
+                special.append(len(work))
                 work.append((end, _HITS, (raw, [(index, None, raw) for index in found])))
             return
         cut: list[tuple[int, int | None, bytes]] = []
@@ -683,14 +689,16 @@ class Scanner:
             text, rank = _after_prefix(part)
             cut.append((len(pieces), rank, text))
             pieces.append(text)
+        special.append(len(work))
         work.append((end, _PIECES, (raw, cut)))
 
-    def _confirm(self, matcher: LineMatcher, work: list[tuple[int, int, Any]]) -> None:
+    def _confirm(self, matcher: LineMatcher, work: list[tuple[int, int, Any]], special: list[int]) -> None:
         """Drop the hits their signature's pattern does not confirm: widened translations, and texts
         that start like a prefix a translation's `^` lets through. A line where a pattern gives up
-        (timeout) takes the full path."""
+        (timeout) takes the full path. `special`: the positions of the work items with hits."""
         wanted: dict[int, list[tuple[int, int, bytes]]] = {}
-        for number, (_end, what, data) in enumerate(work):
+        for number in special:
+            _end, what, data = work[number]
             if what != _HITS:
                 continue
             for position, (index, _rank, text) in enumerate(data[1]):
@@ -941,6 +949,7 @@ class Scanner:
 
 _COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a line
 _PREFIX_STARTS = (b"(", b"[", b">")
+_PREFIX_FIRST = frozenset(b"([>")  # the same, as byte values
 _STAMP_START = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T")  # the start of a collector's stamp, checked cheaply
 
 
@@ -969,10 +978,19 @@ def _kept_redraws(raw: bytes) -> list[bytes] | None:
     return parts
 
 
+# Ray's prefix with a pid (inputs/normalize.RAY_PREFIX, on the ASCII text the matcher passes), the
+# most common prefix by far: when the text after it cannot start another prefix, it is all that
+# strip_prefixes takes off, and it names no rank.
+_RAY_PID_PREFIX = re.compile(rb"\((?:[A-Za-z_][\w.:<>\-]*)?,? ?pid=[0-9]+(?:, ip=[0-9a-fA-F.:]+)?(?: \+[0-9hms.]+)?\)[ \t\n\r\x0b\x0c]?")
+
+
 def _after_prefix(part: bytes) -> tuple[bytes, int | None]:
     """The text a launcher prefix leaves (the very object when there is none), and the rank it names."""
     if not _may_have_prefix(part):
         return part, None
+    ray = _RAY_PID_PREFIX.match(part)
+    if ray is not None and not _may_have_prefix(part, ray.end()):
+        return part[ray.end() :], None
     line = part.decode("utf-8")
     text, rank, _actor = strip_prefixes(line)
     if len(text) == len(line):

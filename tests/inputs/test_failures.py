@@ -98,6 +98,46 @@ AssertionError: Torch not compiled with CUDA enabled"""
     assert package_of("C:\\Users\\me\\proj\\train.py") == "user"
 
 
+def test_traceback_in_torchruns_failure_table() -> None:
+    failures = parse(
+        """Root Cause (first observed failure):
+[0]:
+  time      : 2024-11-04_11:52:44
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 2790)
+  traceback : Traceback (most recent call last):
+    File "/opt/conda/lib/python3.11/site-packages/transformers/trainer.py", line 3579, in training_step
+      loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+             ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  TypeError: PairwiseTrainer.compute_loss() got an unexpected keyword argument 'num_items_in_batch'
+  ============================================================"""
+    )
+    (failure,) = [f for f in failures if f.kind == "exception"]
+    assert failure.type == "TypeError" and failure.line == 10 and failure.message.startswith("PairwiseTrainer.compute_loss()")
+    assert failure.package == "transformers" and failure.frames[0].code.startswith("loss = self.compute_loss(")
+
+
+def test_traceback_pasted_indented_among_unindented_lines() -> None:
+    failures = parse(
+        """It crashes at the first step:
+
+    Traceback (most recent call last):
+      File "/home/me/rl/train.py", line 57, in strict_format_reward
+        return [1.0 if re.match(pattern, c.strip()) else 0.0 for c in completions]
+    AttributeError: 'list' object has no attribute 'strip'
+      0%|          | 0/934 [00:14<?, ?it/s]"""
+    )
+    assert [(f.type, f.line, f.package) for f in failures] == [("AttributeError", 6, "user")]
+    # A line at the source lines' depth is still source, not the exception line.
+    (source_only,) = parse(
+        """  Traceback (most recent call last):
+    File "/home/me/rl/train.py", line 57, in f
+      KeyError: this is source text
+  ValueError: bad"""
+    )
+    assert source_only.type == "ValueError" and source_only.frames[0].code == "KeyError: this is source text"
+
+
 def test_cpp_terminate_and_what() -> None:
     (failure,) = parse(
         """terminate called after throwing an instance of 'c10::DistBackendError'
