@@ -420,18 +420,17 @@ class _Parser:
             return text[indent:]
         return text
 
-    def _start(self, ignored: bool = False) -> None:
+    def _start(self, ignored: bool = False, indent: int = 0) -> None:
         if self.link is None:
             self.chain += 1
-        self.frames, self.open, self.ignored, self.stale = [], True, ignored, 0
+        self.frames, self.open, self.ignored, self.stale, self.indent = [], True, ignored, 0, indent
 
     def _step(self, i: int) -> int:
         line = self.lines[i]
         text = line.text
         if TRACEBACK.match(text):
             if not self.ignored or self.frames:
-                self._start(self.ignored and not self.frames)
-                self.indent = len(text) - len(text.lstrip())
+                self._start(self.ignored and not self.frames, indent=len(text) - len(text.lstrip()))
             return i + 1
         if THREAD_HEADER.match(text) or IGNORED_HEADER.match(text):
             self.link = None
@@ -446,8 +445,7 @@ class _Parser:
         cell = IPY_CELL.match(text) if frame is None else None
         if frame is not None or cell is not None:
             if not self.open:
-                self._start()
-                self.indent = max(0, len(text) - len(text.lstrip()) - 2)  # the header was missed: frames sit 2 deeper
+                self._start(indent=max(0, len(text) - len(text.lstrip()) - 2))  # the header was missed: frames sit 2 deeper
             if frame is not None:
                 file = frame.group("file")
                 tf = TraceFrame(file, int(frame.group("line")), frame.group("func"), package_of(file), line.number, line.raw)
