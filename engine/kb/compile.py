@@ -31,7 +31,7 @@ class Check:
     op: str
     value: Any = None
     ref: tuple[str, str] | None = None  # (alias, field) when the value names another fact
-    pattern: BoundedPattern | None = dataclasses.field(default=None, compare=False, repr=False)  # `matches`, compiled at load
+    pattern: BoundedPattern | None = dataclasses.field(default=None, compare=False, repr=False)  # `matches`: compiled at load, or when first used (compile_program)
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,19 @@ class Program:
 
 
 @functools.lru_cache(maxsize=4096)
-def matches_pattern(pattern: str, name: str, where: str) -> BoundedPattern:
-    """A `matches:` pattern, compiled once under the same bounds as signatures (PatternError)."""
-    return compile_bounded(pattern, name, where=where)
+def matches_pattern(pattern: str, name: str, where: str, deferred: bool = False) -> BoundedPattern:
+    """A `matches:` pattern, compiled once under the same bounds as signatures (PatternError);
+    with `deferred`, when first used (a pattern known to compile: see regexes.BoundedPattern)."""
+    return compile_bounded(pattern, name, where=where, deferred=deferred)
 
 
-def _compile_checks(field_name: str, constraint: Constraint, rule_id: str = "", where: str = "") -> list[Check]:
+def _compile_checks(field_name: str, constraint: Constraint, rule_id: str = "", where: str = "", deferred: bool = False) -> list[Check]:
     def one(op: str, value: Any) -> Check:
         if isinstance(value, str) and value.startswith("$") and "." in value:
             alias, _, attr = value[1:].partition(".")
             return Check(field_name, op, None, (alias, attr))
         if op == "matches" and value is not None:
-            return Check(field_name, op, value, pattern=matches_pattern(str(value), f"rule {rule_id}: {field_name} matches {value}", where))
+            return Check(field_name, op, value, pattern=matches_pattern(str(value), f"rule {rule_id}: {field_name} matches {value}", where, deferred))
         return Check(field_name, op, value)
 
     if isinstance(constraint, Operators):
@@ -111,10 +112,10 @@ def _compile_checks(field_name: str, constraint: Constraint, rule_id: str = "", 
     return [one("eq", constraint)]
 
 
-def _compile_pattern(pattern: Pattern, default_alias: str, rule_id: str, where: str) -> CompiledPattern:
+def _compile_pattern(pattern: Pattern, default_alias: str, rule_id: str, where: str, deferred: bool = False) -> CompiledPattern:
     checks: list[Check] = []
     for name, constraint in sorted(pattern.where.items()):
-        checks.extend(_compile_checks(name, constraint, rule_id, where))
+        checks.extend(_compile_checks(name, constraint, rule_id, where, deferred))
     return CompiledPattern(pattern.fact, pattern.alias or default_alias, tuple(checks), pattern)
 
 
@@ -124,15 +125,16 @@ def compile_pattern(pattern: Pattern, alias: str = "_", name: str = "", where: s
     return _compile_pattern(pattern, pattern.alias or alias, name, where)
 
 
-def rule_patterns(rule: Rule, where: str = "") -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
+def rule_patterns(rule: Rule, where: str = "", deferred: bool = False) -> tuple[list[tuple[CompiledPattern, ...]], list[CompiledPattern]]:
     """The rule's patterns compiled; PatternError for a `matches:` pattern that may not be used
-    (loading reports it where it is written: `matches_problems`)."""
+    (loading reports it where it is written: `matches_problems`). With `deferred`, `matches:`
+    patterns are compiled when first used."""
     slots: list[tuple[CompiledPattern, ...]] = []
     for i, pattern in enumerate(rule.when.all):
-        slots.append((_compile_pattern(pattern, f"_{i}", rule.id, where),))
+        slots.append((_compile_pattern(pattern, f"_{i}", rule.id, where, deferred),))
     if rule.when.any:
-        slots.append(tuple(_compile_pattern(p, p.alias or "any", rule.id, where) for p in rule.when.any))
-    negatives = [_compile_pattern(p, f"_not{i}", rule.id, where) for i, p in enumerate(rule.when.none)]
+        slots.append(tuple(_compile_pattern(p, p.alias or "any", rule.id, where, deferred) for p in rule.when.any))
+    negatives = [_compile_pattern(p, f"_not{i}", rule.id, where, deferred) for i, p in enumerate(rule.when.none)]
     return slots, negatives
 
 
@@ -156,15 +158,18 @@ def produced_types(rule: Rule) -> set[str]:
     return {d.fact for d in rule.then.derive}
 
 
-def compile_program(kb: KnowledgeBase, problems: list[Problem]) -> Program | None:
-    """Compile and stratify the rules; stratification failures are knowledge-base problems."""
+def compile_program(kb: KnowledgeBase, problems: list[Problem], known_good: frozenset[str] = frozenset()) -> Program | None:
+    """Compile and stratify the rules; stratification failures are knowledge-base problems. The
+    `matches:` patterns of the rules `known_good` (from a pack whose exact bytes loaded without a
+    problem before) are compiled when first used."""
     compiled_parts = []
     for index, loaded in enumerate(kb.rules):
-        found = matches_problems(loaded)
+        deferred = loaded.id in known_good
+        found = [] if deferred else matches_problems(loaded)
         if found:
             problems.extend(found)
             continue
-        slots, negatives = rule_patterns(loaded.model, loaded.origin.display)
+        slots, negatives = rule_patterns(loaded.model, loaded.origin.display, deferred)
         tests = []
         for t_index, text in enumerate(loaded.model.when.test):
             try:

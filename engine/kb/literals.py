@@ -7,6 +7,7 @@ the lines that contain one.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 try:  # Python 3.11+
@@ -76,11 +77,13 @@ def required_literals(pattern: str) -> list[str] | None:
     return _best(_runs(list(parsed)))
 
 
+_LEADING_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
+
+
 def is_case_insensitive(pattern: str) -> bool:
-    try:
-        return bool(sre_parse.parse(pattern).state.flags & sre_constants.SRE_FLAG_IGNORECASE)
-    except Exception:  # noqa: BLE001
-        return False
+    """Whether the whole pattern ignores case: a global `(?i)`, which may only stand at the start
+    (regexes.compile_bounded refuses it anywhere else), so the start is all that is read."""
+    return "i" in _LEADING_FLAGS.match(pattern).group()  # type: ignore[union-attr]
 
 
 def group_sets(pattern: str, limit: int = 8) -> list[set[str]] | None:

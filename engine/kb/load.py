@@ -153,16 +153,19 @@ def _parse(path: Path, model: type[BaseModel], problems: list[Problem]) -> tuple
         return None
 
 
-def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem]) -> CompiledSignature | None:
+def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem], known_good: bool = False) -> CompiledSignature | None:
+    """The signature with its pattern compiled and its groups checked. For a pack `known_good` (its
+    exact bytes loaded without a problem before) the pattern is compiled when first used, and the
+    group checks, which need it compiled, are not repeated."""
     flags = regex.IGNORECASE if sig.ignore_case else 0
     try:
-        compiled = compile_bounded(sig.pattern, f"signature {sig.id}", flags, origin.display)
+        compiled = compile_bounded(sig.pattern, f"signature {sig.id}", flags, origin.display, deferred=known_good)
     except PatternError as exc:
         line, col = origin.at("pattern")
         problems.append(Problem(origin.display, line, col, "bad-regex", str(exc)))
         return None
-    groups = set(compiled.groupindex)
-    for name in sig.values:
+    groups = set() if known_good else set(compiled.groupindex)
+    for name in () if known_good else sig.values:
         if name not in groups:
             line, col = origin.at("values", name)
             problems.append(Problem(origin.display, line, col, "unknown-group", f"values names '{name}', which the pattern has no group for"))
@@ -250,17 +253,39 @@ def _files(packs: list[Path]) -> list[tuple[str, Path, Path]]:
     return [(kind, pack / kind, path) for pack in packs for kind in YAML_FOLDERS for path in _yaml_files(pack / kind)]
 
 
-def _parse_all(packs: list[Path], problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
+def _parse_all(packs: list[Path], problems: list[Problem]) -> tuple[list[tuple[str, Path, Path, Any, Origin]], dict[Path, Path | None]]:
     """Every signature and rule file, validated. Validated files are cached as JSON per pack, keyed
     by the exact bytes of every file of the pack (and the version), so the next process skips the
-    YAML parsing, and a changed private pack does not make the shipped one be parsed again."""
+    YAML parsing, and a changed private pack does not make the shipped one be parsed again.
+
+    Also, per pack, the marker file that says these exact bytes loaded without a problem before
+    (`_known_good`), or None without a cache."""
     entries: list[tuple[str, Path, Path, Any, Origin]] = []
+    markers: dict[Path, Path | None] = {}
     for pack in packs:
-        entries.extend(_parse_pack(pack, problems))
-    return entries
+        found, markers[pack] = _parse_pack(pack, problems)
+        entries.extend(found)
+    return entries, markers
 
 
-def _parse_pack(pack: Path, problems: list[Problem]) -> list[tuple[str, Path, Path, Any, Origin]]:
+def _known_good(marker: Path | None) -> bool:
+    return marker is not None and marker.is_file()
+
+
+def _mark_good(markers: dict[Path, Path | None]) -> None:
+    """Remember that these packs loaded without a problem: the next process compiles their
+    signature patterns only when a run uses them (most runs use a few of hundreds)."""
+    for marker in markers.values():
+        if marker is None or marker.is_file():
+            continue
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass  # an unwritable cache only costs speed
+
+
+def _parse_pack(pack: Path, problems: list[Problem]) -> tuple[list[tuple[str, Path, Path, Any, Origin]], Path | None]:
     files = _files([pack])
     digest = hashlib.sha256(__version__.encode())
     for _kind, _folder, path in files:
@@ -271,13 +296,16 @@ def _parse_pack(pack: Path, problems: list[Problem]) -> list[tuple[str, Path, Pa
         digest.update(str(path).encode() + b"\0" + hashlib.sha256(data).digest())
     folder = cache_dir()
     cache = folder / f"kb-{digest.hexdigest()[:32]}.json" if folder else None
+    # What compiles depends on the regex module too.
+    digest.update(f"\0regex {regex.__version__}".encode())
+    marker = folder / f"kb-{digest.hexdigest()[:32]}.loaded" if folder else None
     if cache is not None and cache.is_file():
         try:
             stored = json.loads(cache.read_text(encoding="utf-8"))
             entries = []
             for (kind, folder, path), item in zip(files, stored, strict=True):
                 entries.append((kind, folder, path, YAML_FOLDERS[kind].model_validate(item), Origin(path, _display(path))))
-            return entries
+            return entries, marker
         except (OSError, ValueError, TypeError):
             pass  # a stale or damaged cache is just rebuilt
     entries = []
@@ -296,7 +324,7 @@ def _parse_pack(pack: Path, problems: list[Problem]) -> list[tuple[str, Path, Pa
             os.replace(temporary, cache)
         except OSError:
             pass  # an unwritable cache only costs speed
-    return entries
+    return entries, marker
 
 
 def _load(packs: list[Path]) -> KnowledgeBase:
@@ -306,7 +334,9 @@ def _load(packs: list[Path]) -> KnowledgeBase:
     signatures: dict[str, CompiledSignature] = {}
     rules: dict[str, LoadedRule] = {}
     catalog: dict[str, LoadedItem] = {}
-    entries = _parse_all(packs, problems)
+    entries, markers = _parse_all(packs, problems)
+    known_packs = {pack for pack, marker in markers.items() if _known_good(marker)}
+    known_rules: set[str] = set()
     for kind, folder, path, model, origin in entries:
         if kind == "collect":
             checks.check_id(model.id, expected_id(folder, path), origin, problems)
@@ -323,7 +353,7 @@ def _load(packs: list[Path]) -> KnowledgeBase:
                 first = signatures[sig.id].origin.display
                 problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{sig.id}' is already defined in {first}"))
                 continue
-            compiled = _compile_signature(sig, origin, problems)
+            compiled = _compile_signature(sig, origin, problems, folder.parent in known_packs)
             if compiled is not None:
                 signatures[sig.id] = compiled
         else:
@@ -335,6 +365,8 @@ def _load(packs: list[Path]) -> KnowledgeBase:
                 problems.append(Problem(origin.display, line, col, "duplicate-id", f"id '{rule.id}' is already defined in {first}"))
                 continue
             rules[rule.id] = LoadedRule(rule, origin)
+            if folder.parent in known_packs:
+                known_rules.add(rule.id)
     template_dirs = tuple(p / "templates" for p in reversed(packs) if (p / "templates").is_dir())
     fixture_dirs = tuple(p / "fixtures" for p in packs if (p / "fixtures").is_dir())
     ordered_rules = tuple(sorted(rules.values(), key=lambda r: r.id))
@@ -342,7 +374,8 @@ def _load(packs: list[Path]) -> KnowledgeBase:
     problems.extend(checks.run_checks(kb, "load"))
     program = None
     if not problems:
-        program = compile_program(kb, problems)
+        program = compile_program(kb, problems, frozenset(known_rules))
     if problems:
         raise KnowledgeBaseError(problems)
+    _mark_good(markers)
     return KnowledgeBase(signatures, ordered_rules, template_dirs, fixture_dirs, tuple(packs), program, catalog=catalog)

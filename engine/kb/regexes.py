@@ -115,18 +115,38 @@ def _escaped(pattern: str, at: int) -> bool:
     return count % 2 == 1
 
 
-@dataclass(frozen=True, eq=False)
 class BoundedPattern:
     """A compiled pattern with a timeout; `name` identifies it for disabling within a run and
-    `where` is the file it was written in, for warnings."""
+    `where` is the file it was written in, for warnings.
 
-    name: str
-    compiled: Any = field(repr=False)
-    where: str = ""
+    `deferred` (from `compile_bounded(..., deferred=True)`) compiles on first use instead: for the
+    patterns of a pack already compiled without error from the same bytes, most of which a run
+    never needs (a signature's pattern is only used for the lines the prefilter hands it)."""
+
+    __slots__ = ("name", "where", "_source", "_compiled")
+
+    def __init__(self, name: str, compiled: Any = None, where: str = "", *, source: tuple[str, int] | None = None) -> None:
+        self.name = name
+        self.where = where
+        self._source = source
+        self._compiled = compiled
+
+    @property
+    def compiled(self) -> Any:
+        compiled = self._compiled
+        if compiled is None:
+            assert self._source is not None
+            pattern, flags = self._source
+            # Two threads may both compile it; either result is the same pattern.
+            compiled = self._compiled = _compile(pattern, flags)
+        return compiled
+
+    def __repr__(self) -> str:
+        return f"BoundedPattern(name={self.name!r}, where={self.where!r})"
 
     @property
     def pattern(self) -> str:
-        return str(self.compiled.pattern)
+        return str(self._source[0]) if self._source is not None else str(self.compiled.pattern)
 
     @property
     def groupindex(self) -> Any:
@@ -141,15 +161,22 @@ class BoundedPattern:
         return self.compiled.search(text, timeout=timeout)
 
 
-def compile_bounded(pattern: str, name: str, flags: int = 0, where: str = "") -> BoundedPattern:
-    """`pattern` compiled with the `regex` module (version 0, Python's `re` syntax); PatternError
-    (a ValueError) for a pattern that may not be used or does not compile."""
-    _check(pattern)
+def _compile(pattern: str, flags: int) -> Any:
     try:
-        compiled = regex.compile(pattern, flags | regex.V0)
+        return regex.compile(pattern, flags | regex.V0)
     except regex.error as exc:
         raise PatternError(f"pattern does not compile: {exc}") from exc
-    return BoundedPattern(name, compiled, where)
+
+
+def compile_bounded(pattern: str, name: str, flags: int = 0, where: str = "", *, deferred: bool = False) -> BoundedPattern:
+    """`pattern` compiled with the `regex` module (version 0, Python's `re` syntax); PatternError
+    (a ValueError) for a pattern that may not be used or does not compile. With `deferred`, only
+    the bounds are checked now and the pattern is compiled when first used: for a pattern known to
+    compile (see BoundedPattern)."""
+    _check(pattern)
+    if deferred:
+        return BoundedPattern(name, None, where, source=(pattern, flags))
+    return BoundedPattern(name, _compile(pattern, flags), where, source=(pattern, flags))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -24,6 +24,7 @@ Every refusal is a `TemplateLimit`, which the callers treat like any template er
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import resource
@@ -36,6 +37,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from jinja2 import BaseLoader, Environment, Template, TemplateNotFound, nodes
+from jinja2.bccache import Bucket, FileSystemBytecodeCache
 from jinja2.exceptions import SecurityError
 from jinja2.loaders import split_template_path
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -284,7 +286,11 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         template = super()._load_template(name, globals)
         if template not in _SIMPLE and self.loader is not None:
             source, _filename, _uptodate = self.loader.get_source(self, name)
-            _SIMPLE[template] = is_simple(self.parse(source))
+            cache = self.bytecode_cache
+            if isinstance(cache, TemplateCache):
+                _SIMPLE[template] = cache.simple(source, lambda: is_simple(self.parse(source)))
+            else:
+                _SIMPLE[template] = is_simple(self.parse(source))
         return template
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -320,6 +326,59 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
             elif name == "join" and args:
                 args = (_joined(args[0], owner), *args[1:])
         return _check_result(super().call(__context, __obj, *args, **kwargs))
+
+
+class TemplateCache(FileSystemBytecodeCache):
+    """Pack templates compiled by an earlier process, and whether each needs the guard, kept in
+    `folder`: parsing and compiling the report's templates costs more than a small diagnosis.
+    Entries are keyed by the template's source (and the folder by this module's code, see
+    `template_cache`), so an edited template or sandbox is compiled again."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(folder, "%s.jinja")
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, ValueError, EOFError, TypeError):
+            bucket.reset()  # a damaged entry is compiled again
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass  # an unwritable cache only costs speed
+
+    def simple(self, source: str, decide: Callable[[], bool]) -> bool:
+        path = os.path.join(self.directory, hashlib.sha256(source.encode("utf-8")).hexdigest()[:32] + ".simple")
+        try:
+            with open(path, encoding="ascii") as handle:
+                stored = handle.read()
+            if stored in ("0", "1"):
+                return stored == "1"
+        except (OSError, ValueError):
+            pass
+        flag = decide()
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            temporary = f"{path}.{os.getpid()}.tmp"
+            with open(temporary, "w", encoding="ascii") as handle:
+                handle.write("1" if flag else "0")
+            os.replace(temporary, path)
+        except OSError:
+            pass
+        return flag
+
+
+def template_cache(folder: str | None, options: str) -> TemplateCache | None:
+    """The cache for an environment made with `options` (what changes the compiled code), under the
+    cache folder; None without one."""
+    if folder is None:
+        return None
+    with open(__file__, "rb") as handle:
+        code = hashlib.sha256(handle.read() + options.encode()).hexdigest()[:16]
+    return TemplateCache(os.path.join(folder, f"templates-{code}"))
 
 
 class PackLoader(BaseLoader):

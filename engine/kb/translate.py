@@ -16,7 +16,8 @@ What Hyperscan cannot express is widened instead of refused: lookarounds are dro
 become a copy of the group they refer to, atomic groups and possessive repeats become plain ones. The
 result then matches every line the pattern matches and maybe more, and is marked inexact: the scanner
 confirms its hits with the real pattern. A negative lookbehind of one character at the very start of
-the pattern is exact as `(?:^|[^…])`. Patterns with non-ASCII text, with flags that change `^`/`$`, or
+the pattern is exact as `(?:^|[^…])`, and a negative lookahead of one character at its very end as
+`(?:$|[^…])`. Patterns with non-ASCII text, with flags that change `^`/`$`, or
 that match the empty string are not translated at all (`None`): their literals keep those lines on the
 full path.
 """
@@ -264,12 +265,33 @@ def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = W
     translator.widest = widest
     translator.caseless = ignore_case or bool(flags & sre_constants.SRE_FLAG_IGNORECASE)
     translator.ends_line = str(items[-1][0]) == "AT" and str(items[-1][1]) in ("AT_END", "AT_END_STRING")
+    rest = r"[^\n]*$"
+    following = _following(items[-1], translator.caseless)
+    if following is not None and len(items) > 1:
+        # (?!C) at the very end: the line ends there, or a character not in C follows (Hyperscan
+        # has no `$` inside a pattern, so the two ways are one optional group before the end).
+        items, rest = items[:-1], f"(?:{following}{rest[:-1]})?$"
     try:
         body = translator.sequence(items, True, True)
     except (_Refused, KeyError):
         return None
     caseless = ignore_case or bool(flags & sre_constants.SRE_FLAG_IGNORECASE)
-    return Translation("(?:" + body + ")" + ("" if translator.ends_line else r"[^\n]*$"), translator.exact, caseless)
+    return Translation("(?:" + body + ")" + ("" if translator.ends_line else rest), translator.exact, caseless)
+
+
+def _following(item: Any, caseless: bool) -> str | None:
+    """For a negative lookahead of one character, `(?!C)`, the set of what may follow instead (one
+    character not in C); None for anything else, and when case folding would have to apply to C."""
+    op, av = item
+    if str(op) != "ASSERT_NOT" or av[0] < 0 or len(list(av[1])) != 1:
+        return None
+    try:
+        chars, block = _one_char_set(*list(av[1])[0])
+    except _Refused:
+        return None
+    if not chars or (caseless and any(chr(c).isalpha() for c in chars)):
+        return None
+    return _set(ASCII_CHARS - chars, not block)
 
 
 def _has(items: Any, wanted: str) -> bool:

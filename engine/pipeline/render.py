@@ -9,13 +9,15 @@ from typing import Any
 
 from jinja2 import StrictUndefined, select_autoescape
 
+from .._version import __version__
 from ..base.contract import Diagnosis
 from ..base.values import human_size
 from ..base.vocabulary import BUCKET_TITLES
 from ..infer.fact import Fact
 from ..inputs.failures import package_of
 from ..kb.knowledge import KnowledgeBase, LoadedRule
-from ..kb.sandbox import BoundedSandbox, PackLoader, bounded, render_bounded
+from ..kb.load import cache_dir
+from ..kb.sandbox import BoundedSandbox, PackLoader, bounded, render_bounded, template_cache
 from .html import render_html
 from .reduction import reduction
 from .timeline import RunDetails
@@ -25,13 +27,14 @@ REPORT_SECONDS = 30.0
 
 
 def _environment(kb: KnowledgeBase) -> BoundedSandbox:
+    options: dict[str, Any] = {"keep_trailing_newline": False, "trim_blocks": True, "lstrip_blocks": True}
+    folder = cache_dir()
     env = BoundedSandbox(
         loader=PackLoader([str(p) for p in kb.template_dirs]),
         undefined=StrictUndefined,
         autoescape=select_autoescape(enabled_extensions=(), default_for_string=False, default=False),
-        keep_trailing_newline=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
+        bytecode_cache=template_cache(str(folder) if folder else None, f"{__version__} {sorted(options.items())}"),
+        **options,
     )
     env.filters["size"] = human_size
     env.filters["fmt"] = fmt_number

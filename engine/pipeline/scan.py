@@ -385,10 +385,9 @@ class Scanner:
         # it contains, and those that start inside it and run past its end are checked directly.
         every_occurrence = isinstance(self.prefilter, HyperscanPrefilter)
         by_text: dict[str, dict[str, CompiledSignature]] = {}
-        for literal, _ignore_case in literals:
-            for (other, other_ci), other_sigs in literals.items():
-                if every_occurrence and (other, other_ci) != (literal, _ignore_case):
-                    continue
+        for (literal, ignore_case), own in literals.items():
+            # With every occurrence reported, a literal stands for itself only (no pass over all pairs).
+            for (other, other_ci), other_sigs in [((literal, ignore_case), own)] if every_occurrence else literals.items():
                 inside = other in literal.lower() if other_ci else other in literal
                 if inside:
                     for sig in other_sigs:

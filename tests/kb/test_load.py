@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
 import rltriage
+from rltriage.kb import load
 from rltriage.kb.load import builtin_pack, load_knowledge_base
+from rltriage.pipeline.run import analyse
 
 SIGNATURE = """\
 id: lab.disk_full
@@ -102,3 +105,55 @@ def test_pattern_traversal_covers_every_section() -> None:
     kb = rltriage.load_knowledge_base()
     sections = {section for loaded in kb.rules for section, _i, _p in loaded.model.when.patterns()}
     assert sections == {"all", "any", "none"}
+
+
+MATCHING_RULE = RULE.replace("    - hit: lab.disk_full\n", "    - hit: lab.disk_full\n      as: full\n      where:\n        target: {matches: '^/ckpt/'}\n")
+
+
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a new process sees: no knowledge base loaded yet (the cache folder stays)."""
+    monkeypatch.setattr(load, "_loaded", OrderedDict())
+
+
+def test_a_pack_loaded_before_compiles_its_patterns_when_they_are_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLTRIAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLTRIAGE_NO_CACHE", raising=False)
+    pack = _pack(tmp_path / "pack", MATCHING_RULE)
+    log = tmp_path / "train.log"
+    log.write_text("step 3\nOSError: No space left on device: /ckpt/step-3\n")
+    _fresh_process(monkeypatch)
+    first = load_knowledge_base([pack], include_builtin=False)
+    assert first.signatures["lab.disk_full"].regex._compiled is not None  # the first load compiles and checks all
+    _fresh_process(monkeypatch)
+    second = load_knowledge_base([pack], include_builtin=False)
+    assert second is not first
+    pattern = second.signatures["lab.disk_full"].regex
+    assert pattern._compiled is None
+    assert second.program is not None
+    check = next(c for r in second.program.rules for slot in r.slots for p in slot for c in p.checks if c.op == "matches")
+    assert check.pattern is not None and check.pattern._compiled is None
+    # Both are compiled when a run needs them, and diagnose as before.
+    assert [c.rule for c in analyse([str(log)], kb=second).diagnosis.causes] == ["lab.disk_full"]
+    assert pattern._compiled is not None and check.pattern._compiled is not None
+    assert [c.rule for c in analyse([str(log)], kb=first).diagnosis.causes] == ["lab.disk_full"]
+
+
+def test_a_pattern_changed_after_a_good_load_is_checked_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLTRIAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RLTRIAGE_NO_CACHE", raising=False)
+    pack = _pack(tmp_path / "pack")
+    _fresh_process(monkeypatch)
+    load_knowledge_base([pack], include_builtin=False)
+    signature = pack / "signatures" / "lab" / "disk_full.yaml"
+    signature.write_text(SIGNATURE.replace("(?P<target>/\\S+)", "(?P<target>/\\S+").replace("examples:", "values: {size: int}\nexamples:"))
+    for _attempt in range(2):  # and again: a pack that failed is never remembered as good
+        _fresh_process(monkeypatch)
+        with pytest.raises(rltriage.KnowledgeBaseError) as caught:
+            load_knowledge_base([pack], include_builtin=False)
+        problem = next(p for p in caught.value.problems if p.code == "bad-regex")
+        assert problem.line == 4 and problem.path.endswith("disk_full.yaml")
+    signature.write_text(SIGNATURE.replace("examples:", "values: {size: int}\nexamples:"))
+    _fresh_process(monkeypatch)
+    with pytest.raises(rltriage.KnowledgeBaseError) as caught:
+        load_knowledge_base([pack], include_builtin=False)
+    assert [p.code for p in caught.value.problems] == ["unknown-group"]
