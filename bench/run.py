@@ -22,7 +22,7 @@ then reports in one run:
   earlier commit), and this build's time over that build's.
 
 Usage: python bench/run.py [--sizes 0.1,1,4] [--tiny 100000] [--ranks 256] [--dumps 256] [--workdir DIR] [--keep]
-                           [--baseline PYTHON]
+                           [--baseline PYTHON] [--repeat N]
 """
 
 from __future__ import annotations
@@ -243,6 +243,20 @@ def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int
     return seconds, rss, out
 
 
+def paired(first: list[str], second: list[str] | None, repeat: int) -> tuple[list[tuple[float, int, str]], list[tuple[float, int, str]]]:
+    """Each command `repeat` times, interleaved and in alternating order (first second, second first,
+    …): this machine's speed drifts by up to half within minutes, and a ratio of two commands run
+    back to back would measure the drift. Without `second`, only `first`."""
+    ones: list[tuple[float, int, str]] = []
+    others: list[tuple[float, int, str]] = []
+    for round_ in range(repeat):
+        order = [(first, ones), (second, others)] if round_ % 2 == 0 else [(second, others), (first, ones)]
+        for cmd, into in order:
+            if cmd is not None:
+                into.append(timed(cmd))
+    return ones, others
+
+
 def count_lines(path: Path) -> int:
     lines = 0
     with path.open("rb") as handle:
@@ -262,7 +276,9 @@ def main() -> int:
     parser.add_argument("--dumps", type=int, default=256, help="py-spy dumps of a hung run, against a quarter as many (0: skip)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="runs of each timing (the fastest is kept); the two builds, and --jobs 1 and 2, take turns going first"
+    )
     parser.add_argument(
         "--baseline",
         default=None,
@@ -300,12 +316,11 @@ def main() -> int:
                 greps = [timed(["grep", "-c", "-E", "-f", str(patterns), str(log)], GREP_ENV) for _ in range(args.repeat)]
                 grep_s = min(g[0] for g in greps)
                 grepped = int(greps[0][2].strip() or 0) / max(count_lines(log), 1)
-                runs = [timed([*rltriage, str(log)]) for _ in range(args.repeat)]
+                runs, base_runs = paired([*rltriage, str(log)], [*baseline, str(log)] if baseline else None, args.repeat)
                 diag_s = min(r[0] for r in runs)
                 rss = max(r[1] for r in runs)
                 line = f"{mode:>6} {size_gb:>5g}G {share:>8.0%} {grepped:>5.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}"
                 if baseline:
-                    base_runs = [timed([*baseline, str(log)]) for _ in range(args.repeat)]
                     base_s = min(r[0] for r in base_runs)
                     line += f" {base_s:>8.2f} {diag_s / base_s:>8.2f} {max(r[1] for r in base_runs) / 1024:>12.1f}"
                 print(line, flush=True)
@@ -319,8 +334,8 @@ def main() -> int:
                     write_log(folder / f"rank{rank}.log", 2_000_000, seed=rank, block=blocks["sparse"])
             size_mb = sum(p.stat().st_size for p in folder.iterdir()) / 1e6
             results = {}
-            for jobs in (1, 2):
-                seconds, rss, _out = timed([*rltriage, "--jobs", str(jobs), str(folder)])
+            for jobs, runs in zip((1, 2), paired([*rltriage, "--jobs", "1", str(folder)], [*rltriage, "--jobs", "2", str(folder)], args.repeat), strict=True):
+                seconds, rss = min(r[0] for r in runs), max(r[1] for r in runs)
                 results[jobs] = seconds
                 print(f"{args.ranks} rank logs ({size_mb:.0f} MB) --jobs {jobs}: {seconds:.2f} s, {size_mb / seconds:.0f} MB/s, peak RSS {rss / 1024:.1f} MB")
             print(f"speed-up with --jobs 2: {results[1] / results[2]:.2f}x")
@@ -341,10 +356,11 @@ def main() -> int:
             folder = workdir / f"tiny-{args.tiny}"
             if not folder.exists():
                 write_tiny_files(folder, args.tiny)
-            seconds, rss, _out = timed([*rltriage, str(folder)])
+            runs, base_runs = paired([*rltriage, str(folder)], [*baseline, str(folder)] if baseline else None, args.repeat)
+            seconds, rss = min(r[0] for r in runs), max(r[1] for r in runs)
             print(f"{args.tiny} tiny logs: {seconds:.2f} s, peak RSS {rss / 1024:.1f} MB")
             if baseline:
-                base_s, base_rss, _out = timed([*baseline, str(folder)])
+                base_s, base_rss = min(r[0] for r in base_runs), max(r[1] for r in base_runs)
                 print(f"{args.tiny} tiny logs, baseline build: {base_s:.2f} s, peak RSS {base_rss / 1024:.1f} MB (this build: {seconds / base_s:.2f}x the time, {rss / base_rss:.2f}x the memory)")
     finally:
         if not args.keep and args.workdir is None:
