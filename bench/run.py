@@ -13,6 +13,8 @@ few real failure lines planted in them:
 plus a folder of 256 rank logs, one of 100,000 tiny logs and a hung run with 256 py-spy dumps,
 then reports in one run:
 
+* the time of a diagnosis of a two-line log with its text report (start-up, knowledge base, report:
+  what every run pays);
 * diagnose wall time vs grep wall time on the same file, as a ratio (grep in the C locale, its
   fastest; in a UTF-8 locale the same grep is many times slower);
 * peak RSS of diagnose for each log (target: <= 200 MB and flat as the input grows);
@@ -305,6 +307,16 @@ def main() -> int:
         )
         if baseline:
             print(f"baseline build: {args.baseline}; 'vs base' is this build's time over the baseline's (below 1: faster)")
+        # What every diagnosis pays before its first line: start-up, the knowledge base, the report.
+        small = workdir / "one-line.log"
+        small.write_text("Traceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access was encountered\n", encoding="utf-8")
+        # As a user runs it: the text report (the other runs write json, which renders no template).
+        runs, base_runs = paired([*rltriage[:-2], str(small)], [*baseline[:-2], str(small)] if baseline else None, max(args.repeat, 3))
+        line = f"a two-line log, text report: {min(r[0] for r in runs):.2f} s, peak RSS {max(r[1] for r in runs) / 1024:.1f} MB"
+        if baseline:
+            base_s = min(r[0] for r in base_runs)
+            line += f"; baseline build {base_s:.2f} s, peak RSS {max(r[1] for r in base_runs) / 1024:.1f} MB (this build: {min(r[0] for r in runs) / base_s:.2f}x the time)"
+        print(line, flush=True)
         extra = f" {'base s':>8} {'vs base':>8} {'base RSS MB':>12}" if baseline else ""
         print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep':>5} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}{extra}")
         for mode in ("sparse", "dense"):
