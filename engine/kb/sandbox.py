@@ -372,8 +372,8 @@ class TemplateCache(FileSystemBytecodeCache):
 
 
 def template_cache(folder: str | None, options: str) -> TemplateCache | None:
-    """The cache for an environment made with `options` (what changes the compiled code), under the
-    cache folder; None without one."""
+    """The cache for an environment made with `options` (a text that changes when what changes the
+    compiled code does), under the cache folder; None without one."""
     if folder is None:
         return None
     with open(__file__, "rb") as handle:

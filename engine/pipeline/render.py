@@ -3,6 +3,7 @@ output formats of a diagnosis."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -27,14 +28,18 @@ REPORT_SECONDS = 30.0
 
 
 def _environment(kb: KnowledgeBase) -> BoundedSandbox:
-    options: dict[str, Any] = {"keep_trailing_newline": False, "trim_blocks": True, "lstrip_blocks": True}
     folder = cache_dir()
+    # The options below change the compiled code: this module's bytes are part of the cache's key.
+    with open(__file__, "rb") as handle:
+        code = f"{__version__} {hashlib.sha256(handle.read()).hexdigest()}"
     env = BoundedSandbox(
         loader=PackLoader([str(p) for p in kb.template_dirs]),
         undefined=StrictUndefined,
         autoescape=select_autoescape(enabled_extensions=(), default_for_string=False, default=False),
-        bytecode_cache=template_cache(str(folder) if folder else None, f"{__version__} {sorted(options.items())}"),
-        **options,
+        bytecode_cache=template_cache(str(folder) if folder else None, code),
+        keep_trailing_newline=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
     env.filters["size"] = human_size
     env.filters["fmt"] = fmt_number
