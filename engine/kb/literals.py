@@ -7,7 +7,6 @@ the lines that contain one.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 try:  # Python 3.11+
@@ -17,6 +16,7 @@ except ImportError:  # pragma: no cover
     import sre_constants  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
+from .regexes import leading_flags
 
 
 def _runs(items: Any) -> list[list[str]]:
@@ -77,13 +77,9 @@ def required_literals(pattern: str) -> list[str] | None:
     return _best(_runs(list(parsed)))
 
 
-_LEADING_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
-
-
 def is_case_insensitive(pattern: str) -> bool:
-    """Whether the whole pattern ignores case: a global `(?i)`, which may only stand at the start
-    (regexes.compile_bounded refuses it anywhere else), so the start is all that is read."""
-    return "i" in _LEADING_FLAGS.match(pattern).group()  # type: ignore[union-attr]
+    """Whether the whole pattern ignores case: a global `(?i)`, which may only stand at its start."""
+    return "i" in leading_flags(pattern)
 
 
 def group_sets(pattern: str, limit: int = 8) -> list[set[str]] | None:

@@ -21,6 +21,7 @@ from ..base.values import plain
 from ..base.vocabulary import BASE_FACTS
 from . import checks
 from .compile import compile_program
+from .diskcache import cache_dir, store
 from .knowledge import CompiledSignature, KnowledgeBase, LoadedItem, LoadedRule, Origin
 from .literals import is_case_insensitive, required_literals
 from .models import CatalogItem, Rule, Signature
@@ -164,8 +165,18 @@ def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem], 
         line, col = origin.at("pattern")
         problems.append(Problem(origin.display, line, col, "bad-regex", str(exc)))
         return None
-    groups = set() if known_good else set(compiled.groupindex)
-    for name in () if known_good else sig.values:
+    if not known_good:
+        _check_groups(sig, set(compiled.groupindex), origin, problems)
+    literals = tuple(sig.literals) if sig.literals else None
+    if literals is None:
+        derived = required_literals(sig.pattern)
+        literals = tuple(derived) if derived else None
+    ignore_case = sig.ignore_case or is_case_insensitive(sig.pattern)
+    return CompiledSignature(sig, compiled, literals, ignore_case, origin)
+
+
+def _check_groups(sig: Signature, groups: set[str], origin: Origin, problems: list[Problem]) -> None:
+    for name in sig.values:
         if name not in groups:
             line, col = origin.at("values", name)
             problems.append(Problem(origin.display, line, col, "unknown-group", f"values names '{name}', which the pattern has no group for"))
@@ -173,12 +184,6 @@ def _compile_signature(sig: Signature, origin: Origin, problems: list[Problem], 
     for name in sorted(groups & reserved):
         line, col = origin.at("pattern")
         problems.append(Problem(origin.display, line, col, "reserved-group", f"group name '{name}' is reserved for hit fields"))
-    literals = tuple(sig.literals) if sig.literals else None
-    if literals is None:
-        derived = required_literals(sig.pattern)
-        literals = tuple(derived) if derived else None
-    ignore_case = sig.ignore_case or is_case_insensitive(sig.pattern)
-    return CompiledSignature(sig, compiled, literals, ignore_case, origin)
 
 
 # Loaded knowledge bases by their packs' paths, with the newest modification time seen under
@@ -241,14 +246,6 @@ def load_knowledge_base(rules_dirs: Iterable[str | os.PathLike[str]] = (), *, in
     return kb
 
 
-def cache_dir() -> Path | None:
-    """Where compiled artefacts are kept between processes (None when caching is turned off)."""
-    if os.environ.get("RLTRIAGE_NO_CACHE"):
-        return None
-    base = os.environ.get("RLTRIAGE_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rltriage")
-    return Path(base)
-
-
 def _files(packs: list[Path]) -> list[tuple[str, Path, Path]]:
     return [(kind, pack / kind, path) for pack in packs for kind in YAML_FOLDERS for path in _yaml_files(pack / kind)]
 
@@ -276,13 +273,8 @@ def _mark_good(markers: dict[Path, Path | None]) -> None:
     """Remember that these packs loaded without a problem: the next process compiles their
     signature patterns only when a run uses them (most runs use a few of hundreds)."""
     for marker in markers.values():
-        if marker is None or marker.is_file():
-            continue
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-        except OSError:
-            pass  # an unwritable cache only costs speed
+        if marker is not None and not marker.is_file():
+            store(marker, b"")
 
 
 def _parse_pack(pack: Path, problems: list[Problem]) -> tuple[list[tuple[str, Path, Path, Any, Origin]], Path | None]:
@@ -316,14 +308,7 @@ def _parse_pack(pack: Path, problems: list[Problem]) -> tuple[list[tuple[str, Pa
             entries.append((kind, folder, path, parsed[0], parsed[1]))
     problems.extend(found)
     if cache is not None and not found and len(entries) == len(files):
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            payload = json.dumps([model.model_dump(mode="json", by_alias=True, exclude_unset=True) for *_rest, model, _origin in entries])
-            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_text(payload, encoding="utf-8")
-            os.replace(temporary, cache)
-        except OSError:
-            pass  # an unwritable cache only costs speed
+        store(cache, json.dumps([model.model_dump(mode="json", by_alias=True, exclude_unset=True) for *_rest, model, _origin in entries]).encode())
     return entries, marker
 
 

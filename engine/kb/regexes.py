@@ -107,6 +107,12 @@ _GLOBAL_FLAG = re.compile(r"\(\?[aiLmsux]+\)")
 _LEADING_FLAGS = re.compile(r"(?:\(\?[aiLmsux]+\))*")
 
 
+def leading_flags(pattern: str) -> str:
+    """The global flags the pattern starts with (`(?i)(?s)` of `(?i)(?s)x`): the only place they
+    may stand (`compile_bounded` refuses them anywhere else)."""
+    return _LEADING_FLAGS.match(pattern).group()  # type: ignore[union-attr]
+
+
 def _escaped(pattern: str, at: int) -> bool:
     """Whether the character at `at` is escaped by an odd number of backslashes."""
     count = 0

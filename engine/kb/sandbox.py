@@ -33,6 +33,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -41,6 +42,8 @@ from jinja2.bccache import Bucket, FileSystemBytecodeCache
 from jinja2.exceptions import SecurityError
 from jinja2.loaders import split_template_path
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from .diskcache import store
 
 MAX_OUTPUT = 64 * 1024  # characters a rendered piece, or a string made while rendering, may have
 MAX_SEQUENCE = 10_000  # items of a list or range made while rendering
@@ -360,14 +363,7 @@ class TemplateCache(FileSystemBytecodeCache):
         except (OSError, ValueError):
             pass
         flag = decide()
-        try:
-            os.makedirs(self.directory, exist_ok=True)
-            temporary = f"{path}.{os.getpid()}.tmp"
-            with open(temporary, "w", encoding="ascii") as handle:
-                handle.write("1" if flag else "0")
-            os.replace(temporary, path)
-        except OSError:
-            pass
+        store(Path(path), b"1" if flag else b"0")
         return flag
 
 

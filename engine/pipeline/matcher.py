@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import threading
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -28,9 +27,9 @@ from typing import Any
 
 from ..inputs.normalize import COLLECTOR_STAMP_PATTERN
 from ..kb import translate as translate_module
+from ..kb.diskcache import cache_dir, store
 from ..kb.knowledge import CompiledSignature
 from ..kb.literals import implied
-from ..kb.load import cache_dir
 from ..kb.translate import translate
 
 # Roles of the ids that are not signatures' (signatures have role 0), as bits.
@@ -168,13 +167,7 @@ def _verifier(sig: CompiledSignature) -> Any:
     except hyperscan.error:
         return None
     if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_bytes(hyperscan.dumpb(database))
-            os.replace(temporary, cache)
-        except OSError:
-            pass
+        store(cache, hyperscan.dumpb(database))
     return database
 
 
@@ -220,13 +213,7 @@ def build_matcher(
         return None
     matcher, meta = _compile(hyperscan, signatures, config_keys, slow_words, trigger_words)
     if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            temporary = cache.with_suffix(f".{os.getpid()}.tmp")
-            temporary.write_bytes(json.dumps(meta).encode() + b"\n" + hyperscan.dumpb(matcher.database))
-            os.replace(temporary, cache)
-        except OSError:
-            pass  # an unwritable cache only costs speed
+        store(cache, json.dumps(meta).encode() + b"\n" + hyperscan.dumpb(matcher.database))
     return matcher
 
 

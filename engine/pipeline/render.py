@@ -16,8 +16,8 @@ from ..base.values import human_size
 from ..base.vocabulary import BUCKET_TITLES
 from ..infer.fact import Fact
 from ..inputs.failures import package_of
+from ..kb.diskcache import cache_dir
 from ..kb.knowledge import KnowledgeBase, LoadedRule
-from ..kb.load import cache_dir
 from ..kb.sandbox import BoundedSandbox, PackLoader, bounded, render_bounded, template_cache
 from .html import render_html
 from .reduction import reduction
