@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import Any, ClassVar
 
 from ..base.contract import Evidence
 from ..base.values import number as number_of
@@ -26,12 +26,53 @@ class Fact:
         return self.fields.get(name)
 
 
+class PackedFields(Mapping[str, Any]):
+    """Read-only fields kept as a tuple of values beside a table of names shared by every fact of
+    the same shape. A dict of fifteen fields takes some 650 bytes, this a quarter of that: a folder
+    of 100,000 logs asserts an input fact for each and a hit fact for most."""
+
+    __slots__ = ("_names", "_values")
+
+    # One table per shape; shapes come from the signatures' groups and the pipeline, so they are few.
+    _tables: ClassVar[dict[tuple[str, ...], dict[str, int]]] = {}
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        names = tuple(fields)
+        table = PackedFields._tables.get(names)
+        if table is None:
+            table = PackedFields._tables.setdefault(names, {name: index for index, name in enumerate(names)})
+        self._names = table
+        self._values = tuple(fields.values())
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[self._names[name]]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        index = self._names.get(name)
+        return default if index is None else self._values[index]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+Fields = dict[str, Any] | PackedFields
+
+
 @dataclass(slots=True)
 class BaseFact:
     """A fact as the pipeline asserts it, before the engine numbers it."""
 
     type: str
-    fields: dict[str, Any]
+    fields: Fields
     evidence: tuple[Evidence, ...] = ()
 
 

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 from ..base.contract import Evidence
 from ..base.values import coerce_config
 from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
-from ..infer.fact import BaseFact
+from ..infer.fact import BaseFact, PackedFields
 from ..inputs.configs import read_config
 from ..inputs.discover import Source, Warning
 from ..inputs.failures import KNOWN_PACKAGES, ParsedFailure, TraceFrame
@@ -60,7 +60,7 @@ def hit_facts(scan: FileScan) -> list[BaseFact]:
             ranks=len(tally.ranks),
             timestamp=tally.first.timestamp,
         )
-        facts.append(BaseFact("hit", fields, tally_evidence(scan.path, tally)))
+        facts.append(BaseFact("hit", PackedFields(fields), tally_evidence(scan.path, tally)))
     return facts + env_facts(scan)
 
 
@@ -210,7 +210,7 @@ def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
     logs = [s for s in scans if s.kind in LOG_KINDS]
     facts = [BaseFact("run", {"mode": mode, "inputs": inputs, "logs": len(logs), "log_lines": sum(s.lines for s in logs)})]
     for scan in scans:
-        facts.append(BaseFact("input", {"path": scan.path, "kind": scan.kind.value, "lines": scan.lines}))
+        facts.append(BaseFact("input", PackedFields({"path": scan.path, "kind": scan.kind.value, "lines": scan.lines})))
     facts.extend(stage_definitions())
     return facts
 
