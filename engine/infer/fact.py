@@ -28,8 +28,8 @@ class Fact:
 
 class PackedFields(Mapping[str, Any]):
     """Read-only fields kept as a tuple of values beside a table of names shared by every fact of
-    the same shape. A dict of fifteen fields takes some 650 bytes, this a quarter of that: a folder
-    of 100,000 logs asserts an input fact for each and a hit fact for most."""
+    the same shape. A dict of fifteen fields takes 464 bytes, this 208 (CPython 3.11): a folder of
+    100,000 logs asserts an input fact for each and a hit fact for most."""
 
     __slots__ = ("_names", "_values")
 
