@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import rltriage
-from rltriage import Evidence, KnowledgeBase
+from rltriage import KnowledgeBase
 from rltriage.base.errors import InferenceError, InputError, KnowledgeBaseError
-from rltriage.infer.fact import BaseFact, Fact
+from rltriage.infer.fact import BaseFact, Cited, Fact
 from rltriage.infer.registry import get_engine
 from rltriage.infer.results import MAX_CONCLUDING_FIRINGS, Engine, Inference
 
@@ -89,8 +89,8 @@ def load(root: Path, rules: list[dict[str, Any]], signatures: list[dict[str, Any
     return rltriage.load_knowledge_base([write_pack(root, rules, signatures)], include_builtin=False)
 
 
-def ev(line: int, path: str = "train.log", signature_id: str = "t.sig") -> Evidence:
-    return Evidence(path=path, line=line, text=f"line {line}", signature=signature_id)
+def ev(line: int, path: str = "train.log", signature_id: str = "t.sig") -> Cited:
+    return Cited(path=path, line=line, text=f"line {line}", signature=signature_id)
 
 
 def fact(type_: str, *lines: int, **fields: Any) -> BaseFact:

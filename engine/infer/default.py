@@ -18,10 +18,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..base.contract import Evidence
 from ..base.errors import InferenceError
 from ..kb.compile import CompiledPattern, CompiledRule, Program
-from .fact import BaseFact, Fact, PackedFields, equality_key, fact_key
+from .fact import BaseFact, Cited, Fact, PackedFields, equality_key, fact_key
 from .results import DEFAULT_BUDGET, DERIVED_BUDGET, MAX_CONCLUDING_FIRINGS, Firing, Inference, SuppressionRecord
 from .semantics import binding_view, cited_evidence, literal_match, refs_complete, refs_match, resolve_field, tests_pass
 
@@ -46,7 +45,7 @@ class Store:
         # literal checks, by the value its first equality join wants (see `blocker`).
         self.negated: dict[int, tuple[list[int], dict[Any, list[Fact]]]] = {}
 
-    def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Evidence, ...]) -> Fact | None:
+    def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Cited, ...]) -> Fact | None:
         key = fact_key(type_, fields)
         digest = hash(key)
         existing = self.keys.get(digest)
@@ -283,7 +282,7 @@ def _fire(
         )
     weight: float | None = None
     cause: str | None = None
-    evidence: tuple[Evidence, ...] = ()
+    evidence: tuple[Cited, ...] = ()
     if model.then.evidence is not None:
         weight = model.then.evidence.weight
         cause = model.then.evidence.cause or rule.id

@@ -6,9 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..base.contract import Evidence
 from ..kb.compile import Program
-from .fact import BaseFact, Fact
+from .fact import BaseFact, Cited, Fact
 
 DEFAULT_BUDGET = 50_000
 # Firings kept per rule that derives no fact: its later tuples only repeat its conclusion (a weight
@@ -28,7 +27,7 @@ class Firing:
     derived: tuple[int, ...]
     weight: float | None
     cause: str | None
-    evidence: tuple[Evidence, ...]
+    evidence: tuple[Cited, ...]
 
 
 @dataclass(frozen=True)
@@ -37,7 +36,7 @@ class SuppressionRecord:
     bucket: str | None
     cause: str | None
     reason: str
-    evidence: tuple[Evidence, ...]
+    evidence: tuple[Cited, ...]
 
 
 @dataclass

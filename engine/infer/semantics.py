@@ -7,13 +7,12 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..base.contract import Evidence
 from ..base.values import RENDERED_WORDS, coerce_scalar, number, version_key
 from ..kb.compile import SANDBOX, Check, CompiledPattern, CompiledRule
 from ..kb.models import Rule
 from ..kb.regexes import REGEX_TIMEOUT, BoundedPattern, compile_value, note, timed_out
 from ..kb.sandbox import bounded, evaluate, render_bounded
-from .fact import Fact
+from .fact import Cited, Fact
 
 MAX_FIELD = 4096  # characters of a derived field's rendered value
 
@@ -154,10 +153,10 @@ def _field_template(text: str) -> Any:
     return bounded(lambda: SANDBOX.from_string(text))
 
 
-def cited_evidence(rule: Rule, cite: list[str] | None, bindings: Mapping[str, Fact]) -> tuple[Evidence, ...]:
+def cited_evidence(rule: Rule, cite: list[str] | None, bindings: Mapping[str, Fact]) -> tuple[Cited, ...]:
     aliases = cite if cite is not None else [a for a in bindings]
     seen: set[tuple[str, int]] = set()
-    out: list[Evidence] = []
+    out: list[Cited] = []
     for alias in aliases:
         fact = bindings.get(alias)
         if fact is None:

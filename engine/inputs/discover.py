@@ -20,6 +20,7 @@ from ..base.vocabulary import InputKind
 from . import archives
 from .containerlogs import JsonFileDecoder, is_json_file_log
 from .filetypes import CONFIG_SUFFIXES, LOG_SUFFIXES, RAY_WORKER_SUFFIXES, is_archive_candidate
+from .filetypes import suffix as name_suffix
 from .pastes import IndentStripper, pasted_indent
 from .walk import folders
 
@@ -407,7 +408,7 @@ def _utf16(head: bytes) -> str | None:
 def classify(source: Source, head: bytes) -> InputKind:
     """The kind of an input, from its name first and its first bytes second."""
     name = source.filename.lower()
-    suffix = Path(name).suffix
+    suffix = name_suffix(name)
     text = head.decode("utf-8", "replace")
     if "most recent call first)" in text and ("Thread 0x" in text or "Stack (most recent" in text) or (
         re.search(r"^Process \d+: ", text, re.M) and "Python v" in text

@@ -23,7 +23,7 @@ from ..base.contract import (
     Warning_,
 )
 from ..base.vocabulary import STALL_BUCKETS, PatchKind, Role, Stage, Symptom
-from ..infer.fact import Fact
+from ..infer.fact import Fact, as_evidence
 from ..infer.results import Inference
 from ..inputs.discover import Warning
 from ..kb.knowledge import KnowledgeBase
@@ -60,13 +60,13 @@ def _stack_proof(inference: Inference) -> list[Evidence]:
     thread per process."""
     proof: list[Evidence] = []
     for fact in inference.facts_of("stack_outlier"):
-        proof.extend(fact.evidence)
+        proof.extend(as_evidence(fact.evidence))
     seen = {e.path for e in proof}
     for fact in inference.facts_of("stack"):
         if fact.get("dump") in ("traceback", "crash") or fact.get("path") in seen:
             continue
         seen.add(str(fact.get("path")))
-        proof.extend(fact.evidence)
+        proof.extend(as_evidence(fact.evidence))
     return proof[:MAX_STACK_PROOF]
 
 
@@ -84,7 +84,7 @@ def _boundary(ranking: Ranking, scans: list[FileScan], inference: Inference) -> 
         return Boundary(evidence=_stack_proof(inference), phase=_phase(inference))
     last = fact.get("last_completed")
     missing = fact.get("first_missing")
-    evidence = list(fact.evidence) + _stack_proof(inference)
+    evidence = as_evidence(fact.evidence) + _stack_proof(inference)
     silent = None
     if evidence and ranking.symptom is Symptom.hang:  # silence only means something for a hang
         stamps = _timestamps(scans)

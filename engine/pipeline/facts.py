@@ -8,10 +8,9 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
-from ..base.contract import Evidence
 from ..base.values import coerce_config
 from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
-from ..infer.fact import BaseFact, PackedFields
+from ..infer.fact import BaseFact, Cited, PackedFields
 from ..inputs.configs import read_config
 from ..inputs.discover import Source, Warning
 from ..inputs.failures import KNOWN_PACKAGES, ParsedFailure, TraceFrame
@@ -94,17 +93,12 @@ def env_facts(scan: FileScan) -> list[BaseFact]:
     return facts
 
 
-# One set of field names shared by every citation (a pydantic model otherwise keeps its own set of
-# the fields it was given): a folder of 100,000 logs makes as many citations.
-_EVIDENCE_FIELDS: Any = frozenset(Evidence.model_fields)
+def cited(*, path: str, line: int, text: str, signature: str) -> Cited:
+    """A line cited as evidence (every value comes typed from a scan)."""
+    return Cited(path, line, text, signature)
 
 
-def cited(*, path: str, line: int, text: str, signature: str) -> Evidence:
-    """A line cited as evidence, built without validation: every value comes typed from a scan."""
-    return Evidence.model_construct(_EVIDENCE_FIELDS, path=path, line=line, text=text, signature=signature)
-
-
-def tally_evidence(path: str, tally: Tally) -> tuple[Evidence, ...]:
+def tally_evidence(path: str, tally: Tally) -> tuple[Cited, ...]:
     records = [tally.first, *tally.samples, tally.last]
     seen: set[int] = set()
     out = []
@@ -262,7 +256,7 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
     for stack in stacks:
         stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
 
-        def evidence(frame: Frame, label: str, path: str = stack.path) -> Evidence:
+        def evidence(frame: Frame, label: str, path: str = stack.path) -> Cited:
             return cited(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
 
         common = {"path": stack.path, "process": stack.process, "thread": stack.thread, "main": stack.main, "stack": stack_id, "dump": stack.kind, "state": stack.state}
@@ -358,7 +352,7 @@ def failure_fields(failure: ParsedFailure, path: str, default_process: str) -> d
     }
 
 
-def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Evidence, ...]:
+def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Cited, ...]:
     """The failure line and what locates it: its message's next lines, the source lines pasted with
     it, and the innermost frame and the innermost frame of the user's own code, with their code."""
     lines: list[tuple[int, str]] = [(failure.line, failure.text), *failure.detail_lines[:2], *failure.context_lines[-2:]]
@@ -368,7 +362,7 @@ def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Evidence, ...]:
             if frame.code_line is not None:
                 lines.append((frame.code_line, frame.code_text))
     seen: set[int] = set()
-    out: list[Evidence] = []
+    out: list[Cited] = []
     for number, text in lines:
         if number not in seen and len(out) < 8:
             seen.add(number)

@@ -85,7 +85,7 @@ def rank(kb: KnowledgeBase, inference: Inference) -> Ranking:
         bucket = evidence.setdefault(firing.cause, [])
         for ev in firing.evidence:
             if len(bucket) < MAX_EVIDENCE and all((e.path, e.line) != (ev.path, ev.line) for e in bucket):
-                bucket.append(ev)
+                bucket.append(ev.evidence())
 
     suppressed_buckets: dict[str, tuple[str, str]] = {}
     suppressed_causes: dict[str, tuple[str, str]] = {}
@@ -184,7 +184,7 @@ def _add_failure_context(inference: Inference, causes: list[RankedCause]) -> Non
                 continue
             for extra in failure.evidence:
                 if len(cause.evidence) < MAX_EVIDENCE and all((e.path, e.line) != (extra.path, extra.line) for e in cause.evidence):
-                    cause.evidence.append(extra)
+                    cause.evidence.append(extra.evidence())
 
 
 MAX_CONSEQUENCES = 2
@@ -208,7 +208,7 @@ def _add_consequences(inference: Inference, causes: list[RankedCause]) -> None:
         )
         if owner is None or added.get(id(owner), 0) >= MAX_CONSEQUENCES or not failure.evidence:
             continue
-        owner.evidence.append(failure.evidence[0])
+        owner.evidence.append(failure.evidence[0].evidence())
         added[id(owner)] = added.get(id(owner), 0) + 1
         cited.add(where)
 

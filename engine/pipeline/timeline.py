@@ -412,9 +412,9 @@ def _requests(scans: Sequence[FileScan], inference: Inference, diagnosis: Diagno
         for evidence in cause.evidence[:MAX_CITED_PER_CAUSE]:
             requests.append(_Request("evidence", evidence.path, evidence.line, f"#{index + 1} {cause.rule}", cause=index))
     for fact in inference.facts_of("stage"):
-        for evidence in fact.evidence[:16]:
-            if evidence.path not in dumps:  # a stage a dump's frames prove is drawn as its stack
-                requests.append(_Request("stage", evidence.path, evidence.line, str(fact.get("name"))))
+        for line in fact.evidence[:16]:
+            if line.path not in dumps:  # a stage a dump's frames prove is drawn as its stack
+                requests.append(_Request("stage", line.path, line.line, str(fact.get("name"))))
     for fact in inference.facts_of("stack"):
         if fact.get("dump") != "traceback":
             top = str(fact.get("top") or "")

@@ -18,7 +18,7 @@ from typing import Any
 from .._version import __version__
 from ..base.contract import Change, Divergence, Evidence, InputSummary, RerankedCause, RunDiff, ToolInfo, UnexplainedLine
 from ..base.vocabulary import STAGE_ORDER, InputKind, PatchKind, Role, Stage
-from ..infer.fact import Fact
+from ..infer.fact import Fact, as_evidence
 from ..kb.knowledge import KnowledgeBase, LoadedRule
 from ..kb.load import load_knowledge_base
 from ..kb.models import Pattern
@@ -223,7 +223,7 @@ def divergence(good: Analysis, bad: Analysis) -> Divergence:
     first = next((stage for stage in sorted(g, key=lambda s: STAGE_ORDER[s]) if stage not in b), None)
     evidence: list[Evidence] = []
     if first is not None:
-        evidence.extend(g[first].evidence[:1])
+        evidence.extend(as_evidence(g[first].evidence[:1]))
     return Divergence(stage=first, good_last=good.diagnosis.boundary.last_completed, bad_last=bad.diagnosis.boundary.last_completed, evidence=evidence)
 
 
@@ -247,10 +247,10 @@ def _failure_templates(analysis: Analysis) -> dict[str, UnexplainedLine]:
     for fact in analysis.inference.facts_of("hit"):
         text = str(fact.get("text") or "")
         if fact.evidence and FAILURE_LINE.search(text) and fact.get("dump") is None:
-            add(failure_template(text), int(fact.get("count") or 1), fact.evidence[0])
+            add(failure_template(text), int(fact.get("count") or 1), fact.evidence[0].evidence())
     for fact in analysis.inference.facts_of("failure"):
         if fact.evidence and not fact.get("ignored"):
-            add(failure_template(str(fact.get("text") or "")), int(fact.get("count") or 1), fact.evidence[0])
+            add(failure_template(str(fact.get("text") or "")), int(fact.get("count") or 1), fact.evidence[0].evidence())
     return out
 
 

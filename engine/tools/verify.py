@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..base.contract import Diagnosis, Evidence
+from ..base.contract import Diagnosis
 from ..base.markers import BAR_COUNT, MARKER_SIGNATURE, step_markers
 from ..base.vocabulary import Symptom
-from ..infer.fact import Fact
+from ..infer.fact import Cited, Fact
 from ..pipeline.assemble import SUCCESS_CRITERIA
 from ..pipeline.redact import cut, finish_model
 from ..pipeline.run import analyse
@@ -87,19 +87,19 @@ _BAR = re.compile(r"\|\s*" + BAR_COUNT)
 _STEP_LINE = re.compile(r"(?<![\w/])step[: ](?P<step>\d+)(?: - | \| \{|: policy update done)")
 
 
-def _evidence(ev: Evidence, detail: str | None = None) -> VerifyEvidence:
+def _evidence(ev: Cited, detail: str | None = None) -> VerifyEvidence:
     text = ev.text.strip()
     if len(text) > _MAX_TEXT:
         text = cut(text, _MAX_TEXT - 1) + "…"
     return VerifyEvidence(path=ev.path, line=ev.line, text=text, detail=detail)
 
 
-def _sorted(evidence: Iterable[Evidence]) -> list[Evidence]:
+def _sorted(evidence: Iterable[Cited]) -> list[Cited]:
     unique = {(e.path, e.line): e for e in evidence}
     return [unique[k] for k in sorted(unique)]
 
 
-def _proof_rank(ev: Evidence) -> int:
+def _proof_rank(ev: Cited) -> int:
     """How directly a line proves a stage: an explicit marker, then a per-step log line, then a bar."""
     signature = ev.signature or ""
     if signature == MARKER_SIGNATURE:
@@ -150,7 +150,7 @@ def _first_step(facts: list[Fact], boundary: Fact | None) -> VerifyCheck:
 def _progress(facts: list[Fact]) -> VerifyCheck:
     criterion = SUCCESS_CRITERIA[1]
     found: list[VerifyEvidence] = []
-    last_bar: Evidence | None = None
+    last_bar: Cited | None = None
     for hit in _hits(facts, "hf.progress_bar"):
         for ev in _sorted(hit.evidence):
             # A redrawn bar holds several states on one line; the furthest one is where it got to.

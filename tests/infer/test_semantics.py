@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from rltriage.base.contract import Evidence
-from rltriage.infer.fact import Fact, equality_key, fact_key
+from rltriage.infer.fact import Cited, Fact, equality_key, fact_key
 from rltriage.infer.registry import get_engine
 from rltriage.infer.semantics import apply_operator, cited_evidence, resolve_field
 from rltriage.kb.models import Rule
@@ -41,7 +40,7 @@ def test_derived_fields_from_references_and_templates() -> None:
 
 
 def test_cited_evidence_is_deduplicated() -> None:
-    ev = Evidence(path="a.log", line=3, text="x", signature="s")
+    ev = Cited(path="a.log", line=3, text="x", signature="s")
     bindings = {"a": Fact(0, "hit", {}, (ev,)), "b": Fact(1, "hit", {}, (ev,))}
     rule = Rule.model_validate(
         {"id": "a.b", "title": "abc", "role": "derive", "source": "test", "when": {"all": [{"fact": "hit"}]}, "then": {"derive": [{"fact": "x"}]}}

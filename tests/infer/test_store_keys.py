@@ -8,13 +8,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rltriage.base.contract import Evidence
 from rltriage.infer.default import Store
-from rltriage.infer.fact import fact_key
+from rltriage.infer.fact import Cited, fact_key
 
 
-def _evidence(line: int) -> tuple[Evidence, ...]:
-    return (Evidence(path="train.log", line=line, text="x", signature="s"),)
+def _evidence(line: int) -> tuple[Cited, ...]:
+    return (Cited(path="train.log", line=line, text="x", signature="s"),)
 
 
 def test_keys_with_one_hash_are_two_facts() -> None:

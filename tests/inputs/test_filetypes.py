@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from rltriage.inputs.filetypes import inner_name, is_archive_candidate, is_log, is_run_archive
+from pathlib import PurePosixPath
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rltriage.inputs.filetypes import inner_name, is_archive_candidate, is_log, is_run_archive, suffix
 
 
 def test_logs_compressed_or_not() -> None:
@@ -21,3 +26,13 @@ def test_what_a_compressed_file_holds() -> None:
     assert inner_name("rank0.log.gz") == "rank0.log"
     assert inner_name("run.tgz") == "run.tar" and inner_name("Run.TZST") == "Run.tar"
     assert inner_name("train.log") == "train.log"
+
+
+@given(st.text(alphabet="ab./ ", max_size=12))
+def test_suffix_is_the_suffix_pathlib_gives(name: str) -> None:
+    assert suffix(name) == PurePosixPath(name.lower()).suffix
+
+
+def test_suffix_of_names_seen_in_runs() -> None:
+    assert suffix("Rank0.LOG") == ".log" and suffix("run.tar.gz") == ".gz" and suffix("logs/worker.err") == ".err"
+    assert suffix(".bashrc") == "" and suffix("name.") == "" and suffix("stdout") == "" and suffix("dir.d/") == ".d"

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rltriage.base.contract import Evidence
 from rltriage.base.vocabulary import Bucket, Symptom
-from rltriage.infer.fact import Fact
+from rltriage.infer.fact import Cited, Fact
 from rltriage.infer.results import Firing, Inference, SuppressionRecord
 from rltriage.kb.knowledge import KnowledgeBase
 from rltriage.pipeline.rank import combine, rank
 
-EV = Evidence(path="train.log", line=20, text="reward_started", signature="rltriage.stage_marker")
+EV = Cited(path="train.log", line=20, text="reward_started", signature="rltriage.stage_marker")
 
 
 def _firing(rule: str, weight: float, cause: str | None = None) -> Firing:
