@@ -193,3 +193,17 @@ def test_the_nodes_of_one_run_are_one_run(tmp_path: Path) -> None:
     assert CliRunner().invoke(main, ["diagnose", str(first), str(second)]).exit_code == 0
     # Files of one folder given one by one are never "two runs".
     assert CliRunner().invoke(main, ["diagnose", str(first / "config.yaml"), str(second / "config.yaml"), str(first / "train.log")]).exit_code == 0
+
+
+def test_a_report_is_written_whole_a_piece_at_a_time(tmp_path: Path) -> None:
+    from rltriage.cli.common import WRITE_PIECE, pieces, write_report
+
+    text = ("é" * (WRITE_PIECE - 1)) + "🙂 " + "x" * (2 * WRITE_PIECE + 5)
+    assert "".join(pieces(text)) == text and max(map(len, pieces(text))) == WRITE_PIECE and list(pieces("")) == []
+    target = tmp_path / "report.json"
+    write_report(text, str(target))
+    assert target.read_text(encoding="utf-8") == text
+    existing = tmp_path / "old.json"
+    existing.write_text("old", encoding="utf-8")
+    write_report(text, str(existing))
+    assert existing.read_bytes() == text.encode("utf-8")

@@ -9,7 +9,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -57,7 +57,8 @@ def write_atomic(text: str, output: str | os.PathLike[str]) -> None:
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+            for piece in pieces(text):
+                handle.write(piece)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask())
@@ -131,9 +132,20 @@ def check_output(output: str, inputs: Sequence[str] = ()) -> None:
 
 
 def _write_all(fd: int, text: str) -> None:
-    view = memoryview(text.encode("utf-8"))
-    while view:
-        view = view[os.write(fd, view) :]
+    for piece in pieces(text):
+        view = memoryview(piece.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view) :]
+
+
+WRITE_PIECE = 1 << 20  # characters encoded at a time
+
+
+def pieces(text: str) -> Iterator[str]:
+    """A report a piece at a time, so that writing it never holds a second, encoded copy of all of
+    it (the json of a folder of 100,000 files is some 13 MB)."""
+    for start in range(0, len(text), WRITE_PIECE):
+        yield text[start : start + WRITE_PIECE]
 
 
 def write_report(text: str, output: str, inputs: Sequence[str] = ()) -> None:
@@ -169,10 +181,9 @@ def fail(message: str, code: int) -> None:
 
 def write_output(text: str, output: str | None, colour: bool | None = None, inputs: Sequence[str] = ()) -> None:
     if output is None:
-        # In slices: a report of 100,000 inputs is not encoded into one more copy of itself; colour=True
-        # keeps the ANSI codes when stdout is not a terminal.
-        for start in range(0, len(text), 1 << 20):
-            click.echo(text[start : start + (1 << 20)], nl=False, color=colour)
+        # colour=True keeps the ANSI codes when stdout is not a terminal.
+        for piece in pieces(text):
+            click.echo(piece, nl=False, color=colour)
     else:
         write_report(text, output, inputs)
 

@@ -32,6 +32,9 @@ _ENV_LINE = re.compile(rb"^(?:export\s+)?[A-Z_][A-Z0-9_]*=")
 _RANK_NAME = re.compile(r"(?:^|[^a-z])rank[_\-.]?\d+", re.IGNORECASE)
 
 
+Opener = Callable[["Source"], BinaryIO]
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """One input: a display name for citations and a way to open its bytes.
@@ -41,9 +44,15 @@ class Source:
     """
 
     display: str
-    open: Callable[[], BinaryIO]
+    # Makes the source's reader; one object serves every plain file of a discovery (a folder may
+    # hold 100,000 of them), an archive's members and standard input have their own.
+    opener: Opener
     name: str  # the file name its kind is told by; empty: the last part of `display`
     order: tuple[str, ...] = ()
+    size: int | None = None  # a plain file's size when it was found: it is read no further
+
+    def open(self) -> BinaryIO:
+        return self.opener(self)
 
     @property
     def filename(self) -> str:
@@ -121,6 +130,7 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
     seen: set[str] = set()
     ctx = archives.Context(warn=lambda path, message: warnings.append(Warning(path, message)))
     cache = [archives.CACHE_LIMIT]
+    files = _PlainFiles(warnings)
     for given in paths:
         if given == "-":
             sources.append(_stdin_source(stdin or sys.stdin.buffer, warnings))
@@ -136,7 +146,7 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
             if display in seen:
                 continue
             seen.add(display)
-            sources.extend(_file_sources(display, info, warnings, ctx, cache))
+            sources.extend(_file_sources(display, info, warnings, ctx, cache, files))
     if ctx.zstd_skipped:
         more = f" and {len(ctx.zstd_skipped) - 5} more" if len(ctx.zstd_skipped) > 5 else ""
         warnings.append(Warning(ctx.zstd_skipped[0], f"zstandard not installed; skipped {', '.join(ctx.zstd_skipped[:5])}{more}"))
@@ -144,7 +154,7 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
 
 
 def _file_sources(
-    display: str, info: os.stat_result | _Stat | None, warnings: list[Warning], ctx: archives.Context, cache: list[int]
+    display: str, info: os.stat_result | _Stat | None, warnings: list[Warning], ctx: archives.Context, cache: list[int], files: _PlainFiles
 ) -> list[Source]:
     # Plain strings, not Path objects: this runs once per file, for folders of 100,000 files.
     if info is None:
@@ -177,21 +187,19 @@ def _file_sources(
             return _member_sources(path, display, members, warnings)
     size = info.st_size
     # The name is left to be worked out from the display name when needed: one string less per file.
-    return [Source(display, _opener(_OpenFile(display, warnings, size)), "")]
+    return [Source(display, files, "", size=size)]
 
 
-class _OpenFile:
-    """Opens one plain file (a small object, not a closure: there may be 100,000 of them)."""
+class _PlainFiles:
+    """Opens the plain files of one discovery, each read up to the size it had when found."""
 
-    __slots__ = ("display", "warnings", "size")
+    __slots__ = ("warnings",)
 
-    def __init__(self, display: str, warnings: list[Warning], size: int) -> None:
-        self.display = display
+    def __init__(self, warnings: list[Warning]) -> None:
         self.warnings = warnings
-        self.size = size
 
-    def __call__(self) -> Checked:
-        return Checked(open(self.display, "rb"), self.display, self.warnings, self.size)
+    def __call__(self, source: Source) -> BinaryIO:
+        return cast(BinaryIO, Checked(open(source.display, "rb"), source.display, self.warnings, source.size))
 
 
 STDIN_LIMIT = archives.TOTAL_LIMIT  # bytes read from stdin, the same bound as decompressed archives
@@ -213,7 +221,7 @@ def _stdin_source(stdin: BinaryIO, warnings: list[Warning]) -> Source:
             warnings.append(Warning("<stdin>", f"more than {STDIN_LIMIT >> 30} GiB on standard input; read the first {STDIN_LIMIT >> 30} GiB"))
     spool.flush()
     fd = spool.fileno()
-    return Source("<stdin>", _opener(lambda: Checked(cast(BinaryIO, _Pread(spool, fd, copied)), "<stdin>", warnings)), "stdin")
+    return Source("<stdin>", _opener(lambda _source: Checked(cast(BinaryIO, _Pread(spool, fd, copied)), "<stdin>", warnings)), "stdin")
 
 
 class _Pread(archives.Reader):
@@ -235,9 +243,9 @@ class _Pread(archives.Reader):
         return data
 
 
-def _opener(make: Callable[[], io.IOBase]) -> Callable[[], BinaryIO]:
+def _opener(make: Callable[[Source], io.IOBase]) -> Opener:
     # Our readers are io.RawIOBase, which typing does not count as BinaryIO.
-    return cast(Callable[[], BinaryIO], make)
+    return cast(Opener, make)
 
 
 def _member_sources(path: Path, display: str, members: list[archives.Member], warnings: list[Warning]) -> list[Source]:
@@ -245,7 +253,7 @@ def _member_sources(path: Path, display: str, members: list[archives.Member], wa
     return [
         Source(
             m.display,
-            _opener(lambda m=m: Checked(shared.open(m.index), m.display, warnings)),  # type: ignore[misc]
+            _opener(lambda _source, m=m: Checked(shared.open(m.index), m.display, warnings)),  # type: ignore[misc]
             m.name,
             order=(display, f"{m.index:010d}"),
         )

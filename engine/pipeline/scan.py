@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from ..base.values import convert
 from ..base.vocabulary import InputKind, ValueType
+from ..infer.fact import PackedFields
 from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, strip_prefixes, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
@@ -92,7 +93,7 @@ class HitRecord:
     rank: int | None
     match: Any = field(default=None, repr=False, compare=False)
     sig: Any = field(default=None, repr=False, compare=False)
-    values: dict[str, Any] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
     timestamp: float | None = None
 
     def resolve(self) -> None:
@@ -209,8 +210,9 @@ def compact(scan: FileScan) -> FileScan:
         if not tally.ranks:
             tally.ranks = _NO_RANKS
         for record in (tally.first, *tally.samples, tally.last):
-            if record is not None and not record.values:
-                record.values = _NOTHING
+            if record is not None and type(record.values) is dict:
+                # Read-only from here on: no values share one empty mapping, others are packed.
+                record.values = PackedFields(record.values) if record.values else _NOTHING
     return scan
 
 
