@@ -87,15 +87,10 @@ def env_facts(scan: FileScan) -> list[BaseFact]:
                     if name in seen:
                         continue
                     seen.add(name)
-                    evidence = (cited(path=scan.path, line=record.line, text=record.text, signature=tally.signature),)
+                    evidence = (Cited(path=scan.path, line=record.line, text=record.text, signature=tally.signature),)
                     fields = {"name": name, "value": str(item), "path": scan.path, "line": record.line, "source": "log"}
                     facts.append(BaseFact("env", fields, evidence))
     return facts
-
-
-def cited(*, path: str, line: int, text: str, signature: str) -> Cited:
-    """A line cited as evidence (every value comes typed from a scan)."""
-    return Cited(path, line, text, signature)
 
 
 def tally_evidence(path: str, tally: Tally) -> tuple[Cited, ...]:
@@ -106,7 +101,7 @@ def tally_evidence(path: str, tally: Tally) -> tuple[Cited, ...]:
         if record is None or record.line in seen:
             continue
         seen.add(record.line)
-        out.append(cited(path=path, line=record.line, text=record.text, signature=tally.signature))
+        out.append(Cited(path=path, line=record.line, text=record.text, signature=tally.signature))
     return tuple(out)
 
 
@@ -117,7 +112,7 @@ def echo_facts(scan: FileScan) -> list[BaseFact]:
         if (echo.key, echo.value) in seen:
             continue
         seen.add((echo.key, echo.value))
-        evidence = (cited(path=scan.path, line=echo.line, text=echo.text, signature=f"config:{echo.key}"),)
+        evidence = (Cited(path=scan.path, line=echo.line, text=echo.text, signature=f"config:{echo.key}"),)
         fields = {"key": echo.key, "name": echo.key.rsplit(".", 1)[-1], "value": coerce_config(echo.value), "path": scan.path, "line": echo.line, "source": "log"}
         facts.append(BaseFact("config", fields, evidence))
     return facts
@@ -129,7 +124,7 @@ def config_file_facts(display: str, data: bytes | BinaryIO, warnings: list[str])
     facts = []
     for entry in read_config(display, stream, warnings):
         line = max(entry.line, 1)
-        evidence = (cited(path=display, line=line, text=entry.text, signature=f"config:{entry.key}"),)
+        evidence = (Cited(path=display, line=line, text=entry.text, signature=f"config:{entry.key}"),)
         fields = {"key": entry.key, "name": entry.key.rsplit(".", 1)[-1], "value": entry.value, "path": display, "line": line, "source": "file"}
         facts.append(BaseFact("config", fields, evidence))
     return facts
@@ -145,7 +140,7 @@ def env_report_facts(display: str, lines: Iterable[tuple[int, str]]) -> list[Bas
             return
         seen.add(key)
         fields.update(path=display, line=line_no)
-        facts.append(BaseFact(type_, fields, (cited(path=display, line=line_no, text=text, signature=f"env:{type_}"),)))
+        facts.append(BaseFact(type_, fields, (Cited(path=display, line=line_no, text=text, signature=f"env:{type_}"),)))
 
     for line_no, raw in lines:
         text = raw.rstrip("\r\n")
@@ -257,7 +252,7 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
         stack_id = f"{stack.path}:{stack.header_line}:{stack.thread}"
 
         def evidence(frame: Frame, label: str, path: str = stack.path) -> Cited:
-            return cited(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
+            return Cited(path=path, line=frame.log_line, text=texts.get((path, frame.log_line), frame.text), signature=label)
 
         common = {"path": stack.path, "process": stack.process, "thread": stack.thread, "main": stack.main, "stack": stack_id, "dump": stack.kind, "state": stack.state}
         top = stack.frames[0]
@@ -286,7 +281,7 @@ def stack_facts(kb: KnowledgeBase, sources: dict[str, Source], scans: list[FileS
             "path": odd.path, "process": odd.process, "thread": odd.thread, "top": odd.frames[0].text, "line": odd.frames[0].log_line,
             "majority_top": outlier.majority[0] if outlier.majority else "", "majority_count": outlier.majority_count, "total": outlier.total,
         }
-        ev = cited(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
+        ev = Cited(path=odd.path, line=odd.frames[0].log_line, text=texts.get((odd.path, odd.frames[0].log_line), odd.frames[0].text), signature="stack:outlier")
         facts.append(BaseFact("stack_outlier", fields, (ev,)))
     return facts
 
@@ -366,7 +361,7 @@ def failure_evidence(failure: ParsedFailure, path: str) -> tuple[Cited, ...]:
     for number, text in lines:
         if number not in seen and len(out) < 8:
             seen.add(number)
-            out.append(cited(path=path, line=number, text=cut(text, MAX_TEXT), signature="failure"))
+            out.append(Cited(path=path, line=number, text=cut(text, MAX_TEXT), signature="failure"))
     return tuple(out)
 
 

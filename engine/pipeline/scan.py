@@ -211,7 +211,7 @@ def compact(scan: FileScan) -> FileScan:
             tally.ranks = _NO_RANKS
         for record in (tally.first, *tally.samples, tally.last):
             if record is not None and type(record.values) is dict:
-                # Read-only from here on: no values share one empty mapping, others are packed.
+                # Read-only from here on: records without values share one empty mapping, the others' are packed.
                 record.values = PackedFields(record.values) if record.values else _NOTHING
     return scan
 
