@@ -13,6 +13,7 @@ from click.testing import CliRunner
 import rltriage
 from rltriage.base.vocabulary import Bucket, Symptom
 from rltriage.cli import main
+from rltriage.pipeline.run import analyse
 
 from .conftest import FIXTURES, REPO
 
@@ -75,3 +76,21 @@ def test_the_readme_library_example_runs(tmp_path: Path) -> None:
     assert str(namespace["text"]).startswith("rltriage ")
     assert str(namespace["md"]).lstrip().startswith("#")
     assert "<html" in str(namespace["page"])
+
+
+def test_an_analysis_without_details_lets_its_inputs_go_and_says_so_when_asked_for_them() -> None:
+    light = analyse([str(HANG)], details=False)
+    full = analyse([str(HANG)])
+    assert light.sources is None and full.sources
+    with pytest.raises(ValueError, match="details=False"):
+        light.details()
+    assert light.diagnosis == full.diagnosis and full.details().excerpts
+
+
+def test_an_analysis_lists_the_facts_asserted_as_the_engine_numbered_them() -> None:
+    analysis = analyse([str(HANG)])
+    facts, inference = analysis.facts, analysis.inference
+    assert facts[0].type == "run" and [f.id for f in facts] == list(range(len(facts)))
+    assert facts == inference.facts[: len(facts)] and len(inference.facts) > len(facts)
+    derived = {fact_id for firing in inference.firings for fact_id in firing.derived}
+    assert derived and min(derived) >= len(facts)

@@ -41,6 +41,28 @@ class InputSummary(Out):
     lines: int
 
 
+# Shared by every InputSummary made below. A set, not a frozenset: model_copy(update=...) copies
+# it and adds to the copy; the models are frozen, so nothing adds to this one.
+_INPUT_FIELDS = set(InputSummary.model_fields)
+
+
+def input_summary(path: str, kind: InputKind, lines: int) -> InputSummary:
+    """`InputSummary.model_construct(...)` (no validation: the values come typed from the scans) in
+    half its memory. model_construct gives each model a dict of its own, 184 bytes for these three
+    fields; a model whose fields are set one by one, always in the same order, on an instance that
+    has no dict yet shares one table of keys with every other (CPython's key-sharing dicts), and a
+    folder of 100,000 files has 100,000 of them. The model is otherwise what model_construct makes:
+    the same fields set, no extra or private attributes (InputSummary has neither)."""
+    summary = InputSummary.__new__(InputSummary)
+    object.__setattr__(summary, "path", path)
+    object.__setattr__(summary, "kind", kind)
+    object.__setattr__(summary, "lines", lines)
+    object.__setattr__(summary, "__pydantic_fields_set__", _INPUT_FIELDS)
+    object.__setattr__(summary, "__pydantic_extra__", None)
+    object.__setattr__(summary, "__pydantic_private__", None)
+    return summary
+
+
 class Boundary(Out):
     last_completed: Stage | None = None
     first_missing: Stage | None = None

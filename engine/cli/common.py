@@ -9,7 +9,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import click
@@ -50,7 +50,7 @@ def _umask() -> int:
     return 0o022
 
 
-def write_atomic(text: str, output: str | os.PathLike[str]) -> None:
+def write_atomic(text: str | Iterable[str], output: str | os.PathLike[str]) -> None:
     """Write beside the target and rename, so an interrupted run never leaves half a file; an
     existing file keeps its permissions, a new one gets the usual ones (not the temporary file's)."""
     target = Path(output)
@@ -131,7 +131,7 @@ def check_output(output: str, inputs: Sequence[str] = ()) -> None:
         raise InputError(f"{where}: folder {os.path.dirname(output) or parent} does not exist")
 
 
-def _write_all(fd: int, text: str) -> None:
+def _write_all(fd: int, text: str | Iterable[str]) -> None:
     for piece in pieces(text):
         view = memoryview(piece.encode("utf-8"))
         while view:
@@ -141,14 +141,16 @@ def _write_all(fd: int, text: str) -> None:
 WRITE_PIECE = 1 << 20  # characters encoded at a time
 
 
-def pieces(text: str) -> Iterator[str]:
+def pieces(text: str | Iterable[str]) -> Iterator[str]:
     """A report a piece at a time, so that writing it never holds a second, encoded copy of all of
-    it (the json of a folder of 100,000 files is some 13 MB)."""
-    for start in range(0, len(text), WRITE_PIECE):
-        yield text[start : start + WRITE_PIECE]
+    it (the json of a folder of 100,000 files is some 13 MB). A report may come in parts already
+    (`format_pieces`); a large part is cut too."""
+    for part in (text,) if isinstance(text, str) else text:
+        for start in range(0, len(part), WRITE_PIECE):
+            yield part[start : start + WRITE_PIECE]
 
 
-def write_report(text: str, output: str, inputs: Sequence[str] = ()) -> None:
+def write_report(text: str | Iterable[str], output: str, inputs: Sequence[str] = ()) -> None:
     """`-o`: a regular file (or a symbolic link to one, written through) is replaced atomically; a
     device such as /dev/null or a terminal, a pipe or FIFO (with a reader), /dev/stdout, is written
     to, never replaced; anything else is refused. Every failure is one InputError (exit 2)."""
@@ -179,7 +181,7 @@ def fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def write_output(text: str, output: str | None, colour: bool | None = None, inputs: Sequence[str] = ()) -> None:
+def write_output(text: str | Iterable[str], output: str | None, colour: bool | None = None, inputs: Sequence[str] = ()) -> None:
     if output is None:
         # colour=True keeps the ANSI codes when stdout is not a terminal.
         for piece in pieces(text):

@@ -9,7 +9,7 @@ import click
 
 from ..base.contract import Diagnosis
 from ..base.errors import InputError
-from ..pipeline.render import format_diagnosis
+from ..pipeline.render import format_pieces
 from ..pipeline.run import analyse
 from ..tools.explain import explain
 from .common import EXIT_FOUND, EXIT_OK, check_output, report_errors, report_warnings, write_output
@@ -26,20 +26,21 @@ def _run(
     stdin = sys.stdin.buffer if "-" in paths else None
     if output is not None:
         check_output(output, paths)  # before the work, not after
+    fmt = output_format(fmt, output)
+    # Only the html page reads the inputs and the analysis again: for the others the inputs are let
+    # go once read, and the analysis before the report is written (a folder of 100,000 files holds
+    # as many sources, scans and facts).
     analysis = analyse(
         list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings,
-        one_run=not same_run,
+        one_run=not same_run, details=fmt == "html",
     )
     say_knowledge_base(analysis.kb.packs, verbose)
-    fmt = output_format(fmt, output)
     diagnosis, kb = analysis.diagnosis, analysis.kb
-    # Only the html page reads the analysis again: for the others it is let go before the report is
-    # written (a folder of 100,000 files holds as many scans and facts).
     details = analysis.details if fmt == "html" else None
     del analysis
     report_warnings(diagnosis)
     colour = colour_wanted(color, output)
-    write_output(format_diagnosis(diagnosis, fmt, kb, colour, details=details), output, colour, paths)
+    write_output(format_pieces(diagnosis, fmt, kb, colour, details=details), output, colour, paths)
     return diagnosis
 
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..base.errors import InferenceError
 from ..kb.compile import CompiledPattern, CompiledRule, Program
-from .fact import BaseFact, Cited, Fact, PackedFields, equality_key, fact_key
+from .fact import BaseFact, Cited, Fact, FieldView, PackedFields, equality_key, fact_key
 from .results import DEFAULT_BUDGET, DERIVED_BUDGET, MAX_CONCLUDING_FIRINGS, Firing, Inference, SuppressionRecord
 from .semantics import binding_view, cited_evidence, literal_match, refs_complete, refs_match, resolve_field, tests_pass
 
-_KEPT = (dict, PackedFields)  # field mappings a fact keeps as asserted
+_KEPT = (dict, PackedFields, FieldView)  # field mappings a fact keeps as asserted
 
 
 class Store:
@@ -173,10 +173,11 @@ def refs_hold(bound: Bound) -> bool:
     return all(refs_complete(pattern, fact, facts) for pattern, fact in bound.values())
 
 
-def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int = DEFAULT_BUDGET) -> Inference:
+def chain(program: Program, store: Store, facts: Iterable[BaseFact], budget: int = DEFAULT_BUDGET) -> Inference:
     """The stratified semi-naive loop, shared by every engine; `store` decides single-fact matches."""
     for base in facts:
         store.add(base.type, base.fields, base.evidence)
+    asserted = len(store.facts)
     # The budget grows with the input (a rule may fire once per fact) but stays finite, so a
     # chain that derives new facts forever is still stopped.
     budget = max(budget, 8 * len(store.facts))
@@ -234,7 +235,7 @@ def chain(program: Program, store: Store, facts: Sequence[BaseFact], budget: int
                             f"firing budget of {budget} exceeded: rule {worst} fired {count} times; its chain does not reach a fixpoint"
                         )
             delta_start, delta_end = delta_end, len(store.facts)
-    return Inference(store.facts, firings, suppressions)
+    return Inference(store.facts, firings, suppressions, asserted)
 
 
 def _fixed_conclusion(rule: CompiledRule) -> bool:
@@ -250,7 +251,7 @@ def _fixed_conclusion(rule: CompiledRule) -> bool:
 class DefaultEngine:
     name = "default"
 
-    def run(self, program: Program, facts: Sequence[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference:
+    def run(self, program: Program, facts: Iterable[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference:
         return chain(program, Store(program.indexed), facts, budget)
 
 

@@ -33,7 +33,7 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -383,7 +383,7 @@ class DurableEngine:
     def __init__(self) -> None:
         self.api = load_durable()
 
-    def run(self, program: Program, facts: Sequence[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference:
+    def run(self, program: Program, facts: Iterable[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference:
         plan, pool = plan_for(program)
         store = _DurableStore(plan, pool, self.api)
         store.open()
@@ -395,7 +395,7 @@ class DurableEngine:
         finally:
             store.close(completed)
 
-    def _chain(self, program: Program, store: _DurableStore, facts: Sequence[BaseFact], budget: int) -> Inference:
+    def _chain(self, program: Program, store: _DurableStore, facts: Iterable[BaseFact], budget: int) -> Inference:
         return chain(program, store, facts, budget)
 
 

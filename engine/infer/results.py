@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -44,6 +44,8 @@ class Inference:
     facts: list[Fact]
     firings: list[Firing]
     suppressions: list[SuppressionRecord]
+    # How many of `facts`, from the first, were asserted (the rest were derived by rules).
+    asserted: int = 0
 
     # Facts by type, built on the first lookup (and again if facts were added since): the report asks
     # for one type many times, and a folder of 100,000 files has as many input facts.
@@ -58,6 +60,10 @@ class Inference:
             self._indexed = len(self.facts)
         return list(self._by_type.get(type_, ()))
 
+    def asserted_facts(self) -> list[Fact]:
+        """The facts the engine was given, numbered and with duplicates merged, in the order given."""
+        return self.facts[: self.asserted]
+
     def fired(self, rule_id: str) -> bool:
         return any(f.rule == rule_id for f in self.firings)
 
@@ -65,4 +71,4 @@ class Inference:
 class Engine(Protocol):
     name: str
 
-    def run(self, program: Program, facts: Sequence[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference: ...
+    def run(self, program: Program, facts: Iterable[BaseFact], *, budget: int = DEFAULT_BUDGET) -> Inference: ...

@@ -10,7 +10,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, cast
@@ -96,13 +96,13 @@ class _Stat(NamedTuple):
     st_size: int
 
 
-def _walk(root: str, warnings: list[Warning]) -> list[tuple[str, _Stat | None]]:
-    """Files under `root` with their stat when it came for free; never opens or follows anything."""
+def _walk(root: str, warnings: list[Warning]) -> Iterator[tuple[str, _Stat | None]]:
+    """Files under `root` with their stat when it came for free; never opens or follows anything.
+    Yielded one by one: a folder of 100,000 files would otherwise hold all their stats at once."""
 
     def on_error(path: str, exc: OSError, listing: bool) -> None:
         warnings.append(Warning(path, f"{'cannot read folder' if listing else 'skipped'}: {exc.strerror or exc}"))
 
-    found: list[tuple[str, _Stat | None]] = []
     for folder in folders(root, on_error):
         for entry in folder.files:
             try:
@@ -111,14 +111,14 @@ def _walk(root: str, warnings: list[Warning]) -> list[tuple[str, _Stat | None]]:
                     if os.path.isdir(entry.path):
                         warnings.append(Warning(entry.path, "symbolic link to a folder not followed"))
                         continue
-                    found.append((entry.path, None))  # its target is looked at by _file_sources
+                    yield entry.path, None  # its target is looked at by _file_sources
                     continue
                 # FIFOs and devices too: _file_sources tells what they are, once, without opening them.
                 info = entry.stat(follow_symlinks=False)
-                found.append((entry.path, _Stat(info.st_mode, info.st_size)))
             except OSError as exc:
                 warnings.append(Warning(entry.path, f"skipped: {exc.strerror or exc}"))
-    return found
+                continue
+            yield entry.path, _Stat(info.st_mode, info.st_size)
 
 def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | None = None) -> list[Source]:
     """Expand files, folders, archives and `-` into sources, in a deterministic order.
@@ -139,14 +139,16 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
         if not path.exists() and not path.is_symlink():
             raise InputError(f"{given}: no such file or folder")
         is_dir = path.is_dir()
-        candidates = _walk(str(path), warnings) if is_dir else [(str(path), None)]
-        if is_dir and not candidates:
-            warnings.append(Warning(given, "folder holds no files"))
+        candidates = _walk(str(path), warnings) if is_dir else iter([(str(path), None)])
+        found = False
         for display, info in candidates:
+            found = True
             if display in seen:
                 continue
             seen.add(display)
             sources.extend(_file_sources(display, info, warnings, ctx, cache, files))
+        if is_dir and not found:
+            warnings.append(Warning(given, "folder holds no files"))
     if ctx.zstd_skipped:
         more = f" and {len(ctx.zstd_skipped) - 5} more" if len(ctx.zstd_skipped) > 5 else ""
         warnings.append(Warning(ctx.zstd_skipped[0], f"zstandard not installed; skipped {', '.join(ctx.zstd_skipped[:5])}{more}"))

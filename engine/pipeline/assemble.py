@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Set as AbstractSet
-from typing import Any
 
 from .._version import __version__
 from ..base.contract import (
@@ -15,12 +14,12 @@ from ..base.contract import (
     Diagnosis,
     Evidence,
     Failure,
-    InputSummary,
     KnowledgeBasePack,
     PatchPlanStep,
     ToolInfo,
     UnexplainedLine,
     Warning_,
+    input_summary,
 )
 from ..base.vocabulary import STALL_BUCKETS, PatchKind, Role, Stage, Symptom
 from ..infer.fact import Fact, as_evidence
@@ -253,9 +252,6 @@ def _explained_lines(kb: KnowledgeBase, ranking: Ranking, scans: list[FileScan])
     return lines
 
 
-_INPUT_FIELDS: Any = frozenset(InputSummary.model_fields)
-
-
 def collect_items(evidence_plan: Plan) -> list[CollectItem]:
     return [
         CollectItem(
@@ -297,9 +293,7 @@ def build_diagnosis(
                     warnings.append(Warning(top.origin.display, f"verify line failed to render: {exc}"))
     verification = list(dict.fromkeys(verification))
     smoke = smoke_test_plan(facts) if ranking.symptom in (Symptom.hang, Symptom.slow) else []
-    # Built without validation (the values come typed from the scans), sharing one set of field names:
-    # a folder of 100,000 files has 100,000 of them.
-    inputs = [InputSummary.model_construct(_INPUT_FIELDS, path=s.path, kind=s.kind, lines=s.lines) for s in scans]
+    inputs = [input_summary(s.path, s.kind, s.lines) for s in scans]
     unexplained = unexplained_lines(scans, _explained_lines(kb, ranking, scans))
     evidence_plan = plan(kb, inference, ranking, scans, mode)
     return Diagnosis(

@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 from ..base.values import coerce_config
 from ..base.vocabulary import LOG_KINDS, NEXT_STAGE, STAGE_ORDER
-from ..infer.fact import BaseFact, Cited, PackedFields
+from ..infer.fact import BaseFact, Cited, FieldView, Read
 from ..inputs.configs import read_config
 from ..inputs.discover import Source, Warning
 from ..inputs.failures import KNOWN_PACKAGES, ParsedFailure, TraceFrame
@@ -40,27 +40,53 @@ _KERNEL = re.compile(r"^(?:Kernel(?: version)?|uname -r)\s*[:=]\s*(?P<kernel>\d+
 
 
 def hit_facts(scan: FileScan) -> list[BaseFact]:
+    """A `hit` fact per signature a file matched: the values of its first line, those of its last
+    line as `last_<name>`, and where and how often it matched. Its fields are read from the scan and
+    the tally (`FieldView`), in the order a dict built value by value would have them."""
     facts = []
     for key in sorted(scan.tallies):
         tally = scan.tallies[key]
-        sig_id = tally.signature
         assert tally.first is not None
-        fields: dict[str, Any] = dict(tally.first.values)
         last = tally.last if tally.last is not None else tally.first
-        fields.update({_last_name(name): value for name, value in last.values.items()})
-        fields.update(
-            signature=sig_id,
-            path=scan.path,
-            kind=scan.kind.value,
-            count=tally.count,
-            line=tally.first.line,
-            text=tally.first.text,
-            rank=tally.first.rank,
-            ranks=len(tally.ranks),
-            timestamp=tally.first.timestamp,
-        )
-        facts.append(BaseFact("hit", PackedFields(fields), tally_evidence(scan.path, tally)))
+        table = _hit_table(tuple(tally.first.values), tuple(last.values))
+        facts.append(BaseFact("hit", FieldView(table, scan, tally), tally_evidence(scan.path, tally)))
     return facts + env_facts(scan)
+
+
+def _first_value(name: str) -> Read:
+    return lambda scan, tally: tally.first.values[name]
+
+
+def _last_value(name: str) -> Read:
+    return lambda scan, tally: (tally.last if tally.last is not None else tally.first).values[name]
+
+
+# Fields every hit fact has, after its values; a value of the same name keeps its place but gives way.
+_HIT_FIELDS: dict[str, Read] = {
+    "signature": lambda scan, tally: tally.signature,
+    "path": lambda scan, tally: scan.path,
+    "kind": lambda scan, tally: scan.kind.value,
+    "count": lambda scan, tally: tally.count,
+    "line": lambda scan, tally: tally.first.line,
+    "text": lambda scan, tally: tally.first.text,
+    "rank": lambda scan, tally: tally.first.rank,
+    "ranks": lambda scan, tally: len(tally.ranks),
+    "timestamp": lambda scan, tally: tally.first.timestamp,
+}
+
+
+@functools.cache
+def _hit_table(first: tuple[str, ...], last: tuple[str, ...]) -> dict[str, Read]:
+    """How to read a hit fact's fields, by the names of its first and last lines' values. Assigned
+    in the order a dict is updated in, so a name given twice keeps its first place and its last
+    value."""
+    table: dict[str, Read] = {}
+    for name in first:
+        table[name] = _first_value(name)
+    for name in last:
+        table[_last_name(name)] = _last_value(name)
+    table.update(_HIT_FIELDS)
+    return table
 
 
 @functools.cache
@@ -199,9 +225,17 @@ def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
     logs = [s for s in scans if s.kind in LOG_KINDS]
     facts = [BaseFact("run", {"mode": mode, "inputs": inputs, "logs": len(logs), "log_lines": sum(s.lines for s in logs)})]
     for scan in scans:
-        facts.append(BaseFact("input", PackedFields({"path": scan.path, "kind": scan.kind.value, "lines": scan.lines})))
+        facts.append(BaseFact("input", FieldView(_INPUT_FIELDS, scan)))
     facts.extend(stage_definitions())
     return facts
+
+
+# An input fact's fields, read from the file's scan.
+_INPUT_FIELDS: dict[str, Read] = {
+    "path": lambda scan, _: scan.path,
+    "kind": lambda scan, _: scan.kind.value,
+    "lines": lambda scan, _: scan.lines,
+}
 
 
 def stage_definitions() -> list[BaseFact]:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from jinja2 import StrictUndefined, select_autoescape
+from pydantic import TypeAdapter
 
 from .._version import __version__
-from ..base.contract import Diagnosis
+from ..base.contract import Diagnosis, InputSummary
 from ..base.values import human_size
 from ..base.vocabulary import BUCKET_TITLES
 from ..infer.fact import Fact
@@ -171,23 +172,53 @@ def _bucket_titles() -> dict[str, str]:
 _STYLES = {"h": "\x1b[1m", "dim": "\x1b[2m", "red": "\x1b[31m", "yellow": "\x1b[33m", "green": "\x1b[32m", "off": "\x1b[0m"}
 
 
-def _json(kb: KnowledgeBase, diagnosis: Diagnosis, colour: bool, details: Details) -> str:
-    return diagnosis.model_dump_json(indent=2) + "\n"
+JSON_SLICE = 2048  # inputs written to json at a time
+
+
+def _json(kb: KnowledgeBase, diagnosis: Diagnosis, colour: bool, details: Details) -> Iterator[str]:
+    """The diagnosis as pydantic writes it with indent=2, byte for byte, but with its list of inputs
+    written a slice at a time: a folder of 100,000 files lists as many, and the whole json in one
+    string (with pydantic's buffer before it) took tens of megabytes at once."""
+    inputs = diagnosis.inputs
+    if len(inputs) <= JSON_SLICE:
+        yield diagnosis.model_dump_json(indent=2) + "\n"
+        return
+    rest = diagnosis.model_copy(update={"inputs": []}).model_dump_json(indent=2)
+    # A top-level key is the only text at two spaces' indent after a newline (strings hold no raw
+    # newline), and `inputs` is there once.
+    key = '\n  "inputs": [],\n'
+    cut = rest.index(key)
+    yield rest[:cut] + '\n  "inputs": [\n'
+    for start in range(0, len(inputs), JSON_SLICE):
+        listed = _INPUTS_JSON.dump_json(inputs[start : start + JSON_SLICE], indent=2).decode()
+        # `[\n  {…},\n  {…}\n]` one level deeper, without its brackets.
+        yield ("" if start == 0 else ",\n") + "  " + listed[2:-2].replace("\n", "\n  ")
+    yield "\n  ],\n" + rest[cut + len(key) :] + "\n"
+
+
+_INPUTS_JSON = TypeAdapter(list[InputSummary])
 
 
 # What a format may show beyond the diagnosis (the html format's per-process timeline and log
 # excerpts): built from the analysis only when a format calls it, since it reads the inputs again.
 Details = Callable[[], RunDetails] | None
 
-# The output formats of a diagnosis: name → how to write it. A new format is one entry here.
-FORMATS: dict[str, Callable[[KnowledgeBase, Diagnosis, bool, Details], str]] = {
-    "text": lambda kb, diagnosis, colour, details: render_report(kb, diagnosis, "text", colour=colour),
-    "markdown": lambda kb, diagnosis, colour, details: render_report(kb, diagnosis, "markdown", colour=colour),
+# The output formats of a diagnosis: name → how to write it, in pieces to be written one after the
+# other. A new format is one entry here.
+FORMATS: dict[str, Callable[[KnowledgeBase, Diagnosis, bool, Details], Iterable[str]]] = {
+    "text": lambda kb, diagnosis, colour, details: (render_report(kb, diagnosis, "text", colour=colour),),
+    "markdown": lambda kb, diagnosis, colour, details: (render_report(kb, diagnosis, "markdown", colour=colour),),
     "json": _json,
-    "html": lambda kb, diagnosis, colour, details: render_html(kb, diagnosis, details() if details is not None else None),
+    "html": lambda kb, diagnosis, colour, details: (render_html(kb, diagnosis, details() if details is not None else None),),
 }
 
 
-def format_diagnosis(diagnosis: Diagnosis, fmt: str, kb: KnowledgeBase, colour: bool = False, details: Details = None) -> str:
-    """A diagnosis in one of FORMATS, as the CLI writes it; `details` is usually `analysis.details`."""
+def format_pieces(diagnosis: Diagnosis, fmt: str, kb: KnowledgeBase, colour: bool = False, details: Details = None) -> Iterable[str]:
+    """A diagnosis in one of FORMATS, in the pieces the CLI writes one at a time (a report is never
+    held whole when its format can help it); `details` is usually `analysis.details`."""
     return FORMATS[fmt](kb, diagnosis, colour, details)
+
+
+def format_diagnosis(diagnosis: Diagnosis, fmt: str, kb: KnowledgeBase, colour: bool = False, details: Details = None) -> str:
+    """A diagnosis in one of FORMATS, whole."""
+    return "".join(format_pieces(diagnosis, fmt, kb, colour, details))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import BinaryIO
 
 from ..base.contract import Diagnosis
 from ..base.errors import InputError
-from ..infer.fact import BaseFact
+from ..infer.fact import BaseFact, Fact
 from ..infer.registry import get_engine
 from ..infer.results import Inference
 from ..inputs.discover import Source, Warning, discover, sort_key
@@ -34,18 +35,21 @@ class Analysis:
 
     kb: KnowledgeBase
     scans: list[FileScan]
-    facts: list[BaseFact]
+    facts: list[Fact]  # the facts asserted, as the engine numbered them (without those rules derived)
     inference: Inference
     ranking: Ranking
     diagnosis: Diagnosis
     warnings: list[Warning] = field(default_factory=list)
-    sources: list[Source] = field(default_factory=list)
+    # The inputs, to read again for `details`; None when the analysis was made without them.
+    sources: list[Source] | None = field(default_factory=list)
     redacted: bool = True
 
     def details(self) -> RunDetails:
         """What the html format shows beyond the diagnosis: one timeline row per process and the
         redacted log excerpts around the cited lines. Reads the inputs once more, so it is built
         only when asked for."""
+        if self.sources is None:
+            raise ValueError("this analysis was made with details=False: it kept no inputs to read again")
         return build_details(self.scans, self.inference, self.diagnosis, self.sources, self.redacted)
 
 
@@ -109,23 +113,26 @@ def analyse(
     jobs: int = 1,
     settings: Mapping[str, object] | None = None,
     one_run: bool = False,
+    details: bool = True,
 ) -> Analysis:
     """`settings` are config values given on the command line (`preflight --num-processes 8`):
     they replace what the config and the logs say for the same name. With `one_run`, folders or
     archives given together that are plainly two different runs raise InputError instead of being
-    merged into one diagnosis."""
+    merged into one diagnosis. With `details=False` the inputs are let go once read (a folder of
+    100,000 files holds as many): the analysis then has no `details` (the html page's timeline and
+    excerpts)."""
     if not paths:
         raise InputError("no input given")
     kb = kb or load_knowledge_base(rules_dirs)
     # One run of slow patterns: a signature or `matches:` pattern that times out is disabled for
     # the rest of this diagnosis (see kb.regexes).
     with patterns_run(reuse=False) as slow:
-        return _analyse(paths, kb, engine, mode, stdin, redact, jobs, slow, settings, one_run)
+        return _analyse(paths, kb, engine, mode, stdin, redact, jobs, slow, settings, one_run, details)
 
 
 def _analyse(
     paths: Sequence[str], kb: KnowledgeBase, engine: str, mode: str, stdin: BinaryIO | None, redact: bool, jobs: int, slow: SlowPatterns,
-    settings: Mapping[str, object] | None, one_run: bool,
+    settings: Mapping[str, object] | None, one_run: bool, details: bool,
 ) -> Analysis:
     warnings: list[Warning] = []
     sources = sorted(discover(paths, warnings, stdin=stdin), key=sort_key)
@@ -135,7 +142,6 @@ def _analyse(
         raise InputError(f"no log, config or stack dump file found in {', '.join(paths)}{why}")
     scanner = scanner_for(kb)
     scans: list[FileScan] = []
-    facts: list[BaseFact] = []
     parsed: list[BaseFact] = []
     # Read in the order that suits the reader (archive members in archive order), then used in
     # name order: the member order of an archive must not change a byte of the output.
@@ -148,29 +154,42 @@ def _analyse(
         if scan is not None:
             scans.append(scan)
     del results
-    facts.extend(run_facts(mode, scans, len(sources)))
     # Only the files with stack dumps are opened again.
     dumps = {scan.path for scan in scans if scan.stack_headers}
-    facts.extend(stack_facts(kb, {s.display: s for s in sources if s.display in dumps}, scans, warnings))
-    for scan in scans:
-        facts.extend(hit_facts(scan))
-        facts.extend(echo_facts(scan))
-        facts.extend(failure_facts(scan))
-    facts.extend(parsed)
-    if one_run and (split := different_runs(paths, facts)) is not None:
+    stacks = stack_facts(kb, {s.display: s for s in sources if s.display in dumps}, scans, warnings)
+    if one_run and (split := different_runs(paths, _config_facts(scans, parsed))) is not None:
         raise InputError(f"{split}; diagnose them one at a time (or with `rltriage batch`), or pass --same-run if they are one run")
-    if settings:
-        facts = [f for f in facts if not (f.type == "config" and f.fields.get("name") in settings)]
-        facts.extend(
-            BaseFact("config", {"key": name, "name": name, "value": value, "path": "<command line>", "line": 1, "source": "file"})
-            for name, value in sorted(settings.items())
-        )
+    facts = _facts(run_facts(mode, scans, len(sources)), stacks, scans, parsed, settings or {})
+    kept = sources if details else None
+    del sources
     inference = get_engine(engine).run(kb.program, facts)
+    del parsed
     warnings.extend(Warning(path, message) for path, message in slow.notes)
     ranking = rank(kb, inference)
     diagnosis = build_diagnosis(kb, scans, inference, ranking, warnings, mode)
     diagnosis = finish_model(diagnosis, redact)
-    return Analysis(kb, scans, facts, inference, ranking, diagnosis, warnings, sources, redact)
+    return Analysis(kb, scans, inference.asserted_facts(), inference, ranking, diagnosis, warnings, kept, redact)
+
+
+def _facts(
+    run: Iterable[BaseFact], stacks: Iterable[BaseFact], scans: Sequence[FileScan], parsed: Iterable[BaseFact], settings: Mapping[str, object]
+) -> Iterator[BaseFact]:
+    """The facts asserted, in their order, made as the engine takes them: the engine keeps its own
+    numbered copy of each (sharing its fields), and a folder of 100,000 files would otherwise hold
+    a second list of them all through inference. A config value given on the command line replaces
+    the config's and the logs'."""
+    facts = chain(run, stacks, chain.from_iterable(chain(hit_facts(s), echo_facts(s), failure_facts(s)) for s in scans), parsed)
+    for fact in facts:
+        if not (settings and fact.type == "config" and fact.fields.get("name") in settings):
+            yield fact
+    for name, value in sorted(settings.items()):
+        yield BaseFact("config", {"key": name, "name": name, "value": value, "path": "<command line>", "line": 1, "source": "file"})
+
+
+def _config_facts(scans: Sequence[FileScan], parsed: Iterable[BaseFact]) -> Iterator[BaseFact]:
+    """The config values the logs echo and the config files give, for `different_runs`."""
+    yield from chain.from_iterable(echo_facts(scan) for scan in scans)
+    yield from parsed
 
 
 def _knowledge_base(kb: KnowledgeBase | None, rules_dirs: Iterable[str | os.PathLike[str]]) -> KnowledgeBase | None:
@@ -196,7 +215,7 @@ def diagnose(
     Raises InputError for a missing path, KnowledgeBaseError for invalid rule packs.
     """
     kb = _knowledge_base(kb, rules_dirs)
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact, kb=kb).diagnosis
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, stdin=stdin, redact=redact, kb=kb, details=False).diagnosis
 
 
 def preflight(
@@ -209,7 +228,7 @@ def preflight(
 ) -> Diagnosis:
     """Check a config (and optional environment report) against the knowledge base's contracts."""
     kb = _knowledge_base(kb, rules_dirs)
-    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact, kb=kb).diagnosis
+    return analyse([os.fspath(p) for p in paths], rules_dirs=rules_dirs, engine=engine, mode="preflight", redact=redact, kb=kb, details=False).diagnosis
 
 
 def report(

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import io
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rltriage
 from rltriage.base.vocabulary import InputKind
+from rltriage.infer.fact import fact_key
 from rltriage.pipeline.facts import config_file_facts, echo_facts, env_report_facts, hit_facts, run_facts, stage_definitions
-from rltriage.pipeline.scan import FileScan, scanner_for
+from rltriage.pipeline.scan import FileScan, HitRecord, Tally, compact, scanner_for
 
 
 def test_config_files_become_dotted_keys_with_lines() -> None:
@@ -102,3 +107,39 @@ def test_nvidia_smi_memory_rows_become_gpu_memory_facts(tmp_path: object) -> Non
         states = [f.get("state") for f in analysis.inference.facts_of("gpu_memory")]
         assert states == ([state] if state else []), (name, states)
         assert any(f.get("name") == "driver" for f in analysis.inference.facts_of("system")), "the header is still read"
+
+
+def _hit_dict(scan: FileScan, tally: Tally) -> dict[str, Any]:
+    """A hit fact's fields built as a dict, value by value: what the fact's view must read as."""
+    assert tally.first is not None
+    fields: dict[str, Any] = dict(tally.first.values)
+    last = tally.last if tally.last is not None else tally.first
+    fields.update({f"last_{name}": value for name, value in last.values.items()})
+    fields.update(
+        signature=tally.signature, path=scan.path, kind=scan.kind.value, count=tally.count, line=tally.first.line, text=tally.first.text,
+        rank=tally.first.rank, ranks=len(tally.ranks), timestamp=tally.first.timestamp,
+    )
+    return fields
+
+
+value_names = st.sampled_from(["step", "last_step", "rank", "count", "path", "text", "nranks", "signature"])
+group_values = st.dictionaries(value_names, st.one_of(st.integers(-2, 300), st.text(max_size=3), st.none()), max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(group_values, st.one_of(st.none(), group_values), st.integers(1, 5), st.sets(st.integers(0, 7), max_size=3))
+def test_hit_fields_read_as_the_dict_built_value_by_value(first: dict[str, Any], last: dict[str, Any] | None, count: int, ranks: set[int]) -> None:
+    tally = Tally("sig.one", count=count, first=HitRecord(2, "first line", 1, values=first, timestamp=3.5), ranks=ranks)
+    if last is not None:
+        tally.last = HitRecord(9, "last line", None, values=last)
+    scan = compact(FileScan("a.log", InputKind.driver_log, lines=10, tallies={"sig.one": tally}))
+    (fact,) = hit_facts(scan)
+    expected = _hit_dict(scan, tally)
+    assert list(fact.fields.items()) == list(expected.items())
+    assert fact_key("hit", fact.fields) == fact_key("hit", expected)
+
+
+def test_input_facts_read_their_scan() -> None:
+    scans = [FileScan("a.log", InputKind.driver_log, lines=10)]
+    (fact,) = [f for f in run_facts("diagnose", scans, 1) if f.type == "input"]
+    assert list(fact.fields.items()) == [("path", "a.log"), ("kind", "driver_log"), ("lines", 10)]

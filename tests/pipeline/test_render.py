@@ -6,12 +6,25 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import rltriage
-from rltriage.infer.fact import Fact
+from rltriage.base.contract import Evidence, InputSummary, input_summary
+from rltriage.base.vocabulary import InputKind
+from rltriage.infer.fact import Cited, Fact
 from rltriage.kb.knowledge import KnowledgeBase
 from rltriage.kb.sandbox import _SIMPLE, is_simple
-from rltriage.pipeline.render import FORMATS, ConfigView, _environment, environment, format_diagnosis, render_string, template_context
+from rltriage.pipeline import render
+from rltriage.pipeline.render import (
+    FORMATS,
+    ConfigView,
+    _environment,
+    environment,
+    format_diagnosis,
+    format_pieces,
+    render_string,
+    template_context,
+)
 
 RUN = Path(__file__).resolve().parents[2] / "fixtures" / "trl" / "reward_never_returned"
 
@@ -65,3 +78,33 @@ def test_report_templates_compiled_by_one_process_serve_the_next(kb: KnowledgeBa
     for path in folder.iterdir():  # damaged entries are compiled and decided again
         path.write_bytes(b"\x00 not what was stored")
     assert report_with_a_new_environment() == expected
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 4, 7, 9])
+def test_json_written_in_slices_is_pydantics_json_byte_for_byte(kb: KnowledgeBase, count: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(render, "JSON_SLICE", 3)
+    diagnosis = rltriage.diagnose([RUN])
+    # Names that json escapes, or that look like the key the slices are spliced in at.
+    names = ['a "quoted"\n  "inputs": [],\n.log', "ünïcode ✓.log", "back\\slash.log", "tab\there.log"]
+    inputs = [input_summary(f"run/{names[i % len(names)]}{i}", InputKind.driver_log, i) for i in range(count)]
+    many = diagnosis.model_copy(update={"inputs": inputs})
+    pieces = list(format_pieces(many, "json", kb))
+    assert "".join(pieces) == many.model_dump_json(indent=2) + "\n" == format_diagnosis(many, "json", kb)
+    assert len(pieces) == (1 if count <= 3 else 2 + -(-count // 3))
+    assert [item["path"] for item in json.loads("".join(pieces))["inputs"]] == [i.path for i in inputs]
+
+
+def test_an_input_summary_made_light_is_the_model_pydantic_makes() -> None:
+    light = input_summary("run/a.log", InputKind.stack_dump, 12)
+    made = InputSummary(path="run/a.log", kind=InputKind.stack_dump, lines=12)
+    assert light == made and made == light and hash(light) == hash(made)
+    assert light.model_dump_json() == made.model_dump_json() and repr(light) == repr(made)
+    assert light.model_fields_set == made.model_fields_set and light.model_copy(update={"lines": 3}).lines == 3
+    with pytest.raises(ValidationError):
+        light.lines = 4  # frozen, as the model is
+
+
+def test_evidence_made_from_a_citation_can_be_copied_with_changes() -> None:
+    evidence = Cited("run/a.log", 3, "line", "sig.one").evidence()
+    assert evidence.model_copy(update={"line": 4}).line == 4 and evidence.line == 3
+    assert Cited("run/b.log", 1, "x", "sig.two").evidence().model_fields_set == set(Evidence.model_fields)
