@@ -30,13 +30,14 @@ def _run(
     # Only the html page reads the inputs and the analysis again: for the others the inputs are let
     # go once read, and the analysis before the report is written (a folder of 100,000 files holds
     # as many sources, scans and facts).
+    html = fmt == "html"
     analysis = analyse(
         list(paths), rules_dirs=rules_dirs, engine=engine, mode=mode, stdin=stdin, redact=not no_redact, jobs=jobs, settings=settings,
-        one_run=not same_run, details=fmt == "html",
+        one_run=not same_run, details=html,
     )
     say_knowledge_base(analysis.kb.packs, verbose)
     diagnosis, kb = analysis.diagnosis, analysis.kb
-    details = analysis.details if fmt == "html" else None
+    details = analysis.details if html else None
     del analysis
     report_warnings(diagnosis)
     colour = colour_wanted(color, output)

@@ -20,11 +20,9 @@ from typing import Any
 
 from ..base.errors import InferenceError
 from ..kb.compile import CompiledPattern, CompiledRule, Program
-from .fact import BaseFact, Cited, Fact, FieldView, PackedFields, equality_key, fact_key
+from .fact import BaseFact, Cited, Fact, TableFields, equality_key, fact_key
 from .results import DEFAULT_BUDGET, DERIVED_BUDGET, MAX_CONCLUDING_FIRINGS, Firing, Inference, SuppressionRecord
 from .semantics import binding_view, cited_evidence, literal_match, refs_complete, refs_match, resolve_field, tests_pass
-
-_KEPT = (dict, PackedFields, FieldView)  # field mappings a fact keeps as asserted
 
 
 class Store:
@@ -62,7 +60,7 @@ class Store:
             return None
         # The fields are shared with the fact asserted, not copied (no one changes them once
         # asserted): a folder of 100,000 files asserts as many input facts.
-        fact = Fact(len(self.facts), type_, fields if type(fields) in _KEPT else dict(fields), evidence)
+        fact = Fact(len(self.facts), type_, fields if type(fields) is dict or isinstance(fields, TableFields) else dict(fields), evidence)
         self.facts.append(fact)
         self._append(self.by_type[type_], fact)
         if digest in self.keys:

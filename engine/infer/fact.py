@@ -51,68 +51,13 @@ class Fact:
         return self.fields.get(name)
 
 
-class PackedFields(Mapping[str, Any]):
-    """Read-only fields kept as a tuple of values beside a table of names shared by every fact of
-    the same shape. A dict of fifteen fields takes 464 bytes, this 208 (CPython 3.11): a folder of
-    100,000 logs asserts an input fact for each and a hit fact for most."""
+class TableFields(Mapping[str, Any]):
+    """Read-only fields whose names, in order, are the keys of a table shared by every fact of the
+    same shape; what each name leads to is up to the subclass. What the engine keeps as asserted."""
 
-    __slots__ = ("_names", "_values")
+    __slots__ = ("_table",)
 
-    # One table per shape; shapes come from the signatures' groups and the pipeline, so they are few.
-    _tables: ClassVar[dict[tuple[str, ...], dict[str, int]]] = {}
-
-    def __init__(self, fields: Mapping[str, Any]) -> None:
-        names = tuple(fields)
-        table = PackedFields._tables.get(names)
-        if table is None:
-            table = PackedFields._tables.setdefault(names, {name: index for index, name in enumerate(names)})
-        self._names = table
-        self._values = tuple(fields.values())
-
-    def __getitem__(self, name: str) -> Any:
-        return self._values[self._names[name]]
-
-    def get(self, name: str, default: Any = None) -> Any:
-        index = self._names.get(name)
-        return default if index is None else self._values[index]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._names
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return repr(dict(self.items()))
-
-
-# How a FieldView reads one field from the two objects it looks at.
-Read = Callable[[Any, Any], Any]
-
-
-class FieldView(Mapping[str, Any]):
-    """Read-only fields read on demand from the objects they come from, which the pipeline keeps
-    anyway (a file's scan, a signature's tally), instead of copied out of them: a folder of 100,000
-    logs asserts an input fact for each file and a hit fact for most, and 56 bytes here replace a
-    tuple of values (160 bytes for a hit's fifteen). The names, in order, and how to read each come
-    from a table shared by every fact of the same shape. The objects must not change once viewed."""
-
-    __slots__ = ("_first", "_second", "_table")
-
-    def __init__(self, table: Mapping[str, Read], first: Any, second: Any = None) -> None:
-        self._table = table
-        self._first = first
-        self._second = second
-
-    def __getitem__(self, name: str) -> Any:
-        return self._table[name](self._first, self._second)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        read = self._table.get(name)
-        return default if read is None else read(self._first, self._second)
+    _table: Mapping[str, Any]
 
     def __contains__(self, name: object) -> bool:
         return name in self._table
@@ -127,7 +72,62 @@ class FieldView(Mapping[str, Any]):
         return repr(dict(self.items()))
 
 
-Fields = dict[str, Any] | PackedFields | FieldView
+class PackedFields(TableFields):
+    """Read-only fields kept as a tuple of values beside a table of names shared by every fact of
+    the same shape. A dict of fifteen fields takes 464 bytes, this 208 (CPython 3.11): a folder of
+    100,000 logs asserts an input fact for each and a hit fact for most."""
+
+    __slots__ = ("_values",)
+
+    _table: dict[str, int]
+    # One table per shape; shapes come from the signatures' groups and the pipeline, so they are few.
+    _tables: ClassVar[dict[tuple[str, ...], dict[str, int]]] = {}
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        names = tuple(fields)
+        table = PackedFields._tables.get(names)
+        if table is None:
+            table = PackedFields._tables.setdefault(names, {name: index for index, name in enumerate(names)})
+        self._table = table
+        self._values = tuple(fields.values())
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[self._table[name]]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        index = self._table.get(name)
+        return default if index is None else self._values[index]
+
+
+# How a FieldView reads one field from the two objects it looks at.
+Read = Callable[[Any, Any], Any]
+
+
+class FieldView(TableFields):
+    """Read-only fields read on demand from the objects they come from, which the pipeline keeps
+    anyway (a file's scan, a signature's tally), instead of copied out of them: a folder of 100,000
+    logs asserts an input fact for each file and a hit fact for most, and 56 bytes here replace a
+    tuple of values (160 bytes for a hit's fifteen). The names, in order, and how to read each come
+    from a table shared by every fact of the same shape. The objects must not change once viewed."""
+
+    __slots__ = ("_first", "_second")
+
+    _table: Mapping[str, Read]
+
+    def __init__(self, table: Mapping[str, Read], first: Any, second: Any = None) -> None:
+        self._table = table
+        self._first = first
+        self._second = second
+
+    def __getitem__(self, name: str) -> Any:
+        return self._table[name](self._first, self._second)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        read = self._table.get(name)
+        return default if read is None else read(self._first, self._second)
+
+
+Fields = dict[str, Any] | TableFields
 
 
 @dataclass(slots=True)

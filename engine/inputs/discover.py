@@ -139,7 +139,7 @@ def discover(paths: Iterable[str], warnings: list[Warning], stdin: BinaryIO | No
         if not path.exists() and not path.is_symlink():
             raise InputError(f"{given}: no such file or folder")
         is_dir = path.is_dir()
-        candidates = _walk(str(path), warnings) if is_dir else iter([(str(path), None)])
+        candidates: Iterable[tuple[str, _Stat | None]] = _walk(str(path), warnings) if is_dir else [(str(path), None)]
         found = False
         for display, info in candidates:
             found = True

@@ -225,13 +225,13 @@ def run_facts(mode: str, scans: list[FileScan], inputs: int) -> list[BaseFact]:
     logs = [s for s in scans if s.kind in LOG_KINDS]
     facts = [BaseFact("run", {"mode": mode, "inputs": inputs, "logs": len(logs), "log_lines": sum(s.lines for s in logs)})]
     for scan in scans:
-        facts.append(BaseFact("input", FieldView(_INPUT_FIELDS, scan)))
+        facts.append(BaseFact("input", FieldView(_INPUT_READS, scan)))
     facts.extend(stage_definitions())
     return facts
 
 
 # An input fact's fields, read from the file's scan.
-_INPUT_FIELDS: dict[str, Read] = {
+_INPUT_READS: dict[str, Read] = {
     "path": lambda scan, _: scan.path,
     "kind": lambda scan, _: scan.kind.value,
     "lines": lambda scan, _: scan.lines,

@@ -39,8 +39,8 @@ def test_facts_of_one_shape_share_their_table_of_names() -> None:
     one = PackedFields({"path": "a.log", "kind": "log", "lines": 3})
     two = PackedFields({"path": "b.log", "kind": "log", "lines": 4})
     other_order = PackedFields({"kind": "log", "path": "c.log", "lines": 5})
-    assert one._names is two._names
-    assert other_order._names is not one._names
+    assert one._table is two._table
+    assert other_order._table is not one._table
     assert list(other_order) == ["kind", "path", "lines"]
 
 
