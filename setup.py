@@ -1,6 +1,11 @@
 """The parts of the build pyproject.toml cannot say: the subpackages of `engine/` under the import
 name `rltriage`, and the knowledge base copied into the wheel as `rltriage/_kb/`.
 
+The optional compiled module `rltriage.pipeline._linescan` is built where the Hyperscan library and
+its headers are found (pkg-config's `libhs`, or hs.h in /usr/include/hs or /usr/local/include/hs:
+Debian's and Ubuntu's `libhyperscan-dev`). Without them, or if it fails to compile, the install goes
+on without it and the scanner does the same work in Python, more slowly.
+
 An editable install (`pip install -e .`) skips the copy: `rltriage.kb.load.builtin_pack` then finds
 no `_kb` beside the package and reads the checkout's own rules/, signatures/, collect/, templates/,
 fixtures/ and schemas/, so an edit there is seen at once.
@@ -9,9 +14,10 @@ fixtures/ and schemas/, so an edit there is seen at once.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +35,37 @@ class build_py_with_kb(build_py):
             shutil.copytree(HERE / folder, target / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
+def linescan() -> list[Extension]:
+    """The compiled module, when the Hyperscan library is there to build it against."""
+    try:
+        found = subprocess.run(["pkg-config", "--cflags-only-I", "--libs-only-L", "libhs"], capture_output=True, text=True, check=False)
+    except OSError:
+        found = None
+    if found is not None and found.returncode == 0:
+        flags = found.stdout.split()
+        include = [flag[2:] for flag in flags if flag.startswith("-I")]
+        library = [flag[2:] for flag in flags if flag.startswith("-L")]
+    else:
+        include = [folder for folder in ("/usr/include/hs", "/usr/local/include/hs") if Path(folder, "hs.h").is_file()][:1]
+        library = []
+        if not include:
+            print("rltriage: the Hyperscan library's headers were not found; building without the compiled scanner")
+            return []
+    return [
+        Extension(
+            "rltriage.pipeline._linescan",
+            ["engine/pipeline/_linescan.c"],
+            include_dirs=include,
+            library_dirs=library,
+            libraries=["hs"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        )
+    ]
+
+
 setup(
+    ext_modules=linescan(),
     packages=["rltriage", *(f"rltriage.{name}" for name in find_packages(str(HERE / "engine")))],
     cmdclass={"build_py": build_py_with_kb},
 )

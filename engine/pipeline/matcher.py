@@ -12,12 +12,17 @@ signatures the text after it matches: the scanner matches that text again.
 
 Compiling takes seconds, so the database is built only for inputs large enough to need it and is
 kept on disk next to the validated knowledge base, keyed by everything it is built from.
+
+Where the optional compiled module `_linescan` was built (against the Hyperscan library, see
+README), the same expressions are compiled once more for it, and it does a chunk's per-line work
+without a Python call per match (`LineMatcher.classify`). RLTRIAGE_NATIVE=0 leaves it unused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -31,6 +36,11 @@ from ..kb.diskcache import cache_dir, store
 from ..kb.knowledge import CompiledSignature
 from ..kb.literals import implied
 from ..kb.translate import translate
+
+try:  # the optional compiled module (setup.py builds it where the Hyperscan library is installed)
+    from . import _linescan as _LINESCAN  # type: ignore[attr-defined]
+except ImportError:
+    _LINESCAN = None
 
 # Roles of the ids that are not signatures' (signatures have role 0), as bits.
 SLOW = 1  # the line takes the full path
@@ -47,7 +57,8 @@ PREFIXES = (
     rf"|{COLLECTOR_STAMP_PATTERN}|> ?){{0,4}}"
 )
 
-FORMAT = 2  # bump when what is cached changes meaning
+FORMAT = 3  # bump when what is cached changes meaning
+_CASELESS, _MULTILINE = 1, 4  # HS_FLAG_CASELESS and HS_FLAG_MULTILINE, the library's own values
 _SUFFIX = r"[^\n]*$"  # report once per line, at its end
 # Lines the translations are not sound for: control characters other than tab (carriage returns are
 # handled by REDRAWN), and any non-ASCII byte sequence but a block element (E2 96 80-9F).
@@ -89,12 +100,32 @@ class LineMatcher:
     widened: tuple[bool, ...]  # inexact only because long bounded repeats were widened: verify() is exact
     literal_markers: int  # ids from here on are literals, reported where they end, not at the line's end
     names: tuple[str, ...] = ()  # the signatures' ids, by id
+    native: Any = field(default=None, repr=False)  # the same database for `_linescan`, when it is built
+    role_bytes: bytes = field(default=b"", repr=False)  # `roles`, one byte an id, for `_linescan`
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _verifiers: dict[int, Any] = field(default_factory=dict, repr=False)
+    # For `_linescan`, by signature id: the exact translation of a widened one, once verifier() built it.
+    _native_verifiers: list[Any] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.names = tuple(sig.id for sig in self.signatures)
+        self.role_bytes = bytes(self.roles)
+        self._native_verifiers = [None] * len(self.signatures)
+
+    def classify(self, chunk: bytes, flags: bytes, config_full: bool) -> tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]]] | None:
+        """With `_linescan`: the lines of the chunk left to the Python path, as (end, ids), and the
+        hits counted without it, as (id, count, end of the last line); None without it. `flags`: the
+        NATIVE_* bits of scan.py, one byte an id."""
+        if self.native is None:
+            return None
+        scratch = getattr(self._local, "native", None)
+        if scratch is None:
+            scratch = self._local.native = self.native.scratch()
+        result: tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]]] = _linescan().classify(
+            self.native, scratch, chunk, flags, self.role_bytes, len(self.signatures), self.literal_markers, config_full, self._native_verifiers
+        )
+        return result
 
     def scan(self, data: bytes, handler: Any) -> None:
         scratch = getattr(self._local, "scratch", None)
@@ -111,6 +142,8 @@ class LineMatcher:
         with self._lock:
             if index not in self._verifiers:
                 self._verifiers[index] = _verifier(self.signatures[index])
+                if self.native is not None and self._verifiers[index] is not None:
+                    self._native_verifiers[index] = _native_verifier(self.signatures[index])
             return self._verifiers[index]
 
     def verify(self, index: int, texts: list[bytes]) -> list[bool] | None:
@@ -144,6 +177,30 @@ class LineMatcher:
 def _widened_only(sig: CompiledSignature) -> bool:
     translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
     return translation is not None and translation.exact
+
+
+def _native_verifier(sig: CompiledSignature) -> Any:
+    """The same database as _verifier's, for `_linescan`; None when the library refuses it."""
+    native = _linescan()
+    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
+    if translation is None or not translation.exact:
+        return None
+    flags = _MULTILINE | (_CASELESS if translation.caseless else 0)
+    folder = cache_dir()
+    key = hashlib.sha256(f"{FORMAT}\0{native.version()}\0{flags}\0{translation.expression}".encode()).hexdigest()[:32]
+    cache = folder / f"linescan-verify-{key}.hsdb" if folder else None
+    if cache is not None and cache.is_file():
+        try:
+            return native.loads(cache.read_bytes())
+        except (OSError, native.HyperscanError):
+            pass
+    try:
+        database = native.compile([translation.expression.encode()], [flags])
+    except native.HyperscanError:
+        return None
+    if cache is not None:
+        store(cache, database.dumps())
+    return database
 
 
 def _verifier(sig: CompiledSignature) -> Any:
@@ -197,7 +254,7 @@ def build_matcher(
         try:
             header, _, blob = cache.read_bytes().partition(b"\n")
             meta = json.loads(header)
-            return LineMatcher(
+            matcher = LineMatcher(
                 hyperscan.loadb(blob, hyperscan.HS_MODE_BLOCK),
                 tuple(by_id[i] for i in meta["signatures"]),
                 tuple(meta["exact"]),
@@ -207,6 +264,8 @@ def build_matcher(
                 tuple(meta["widened"]),
                 meta["literal_markers"],
             )
+            matcher.native = _native_database(meta, folder, digest.hexdigest())
+            return matcher
         except (OSError, ValueError, KeyError, TypeError, hyperscan.error):
             pass  # a stale or damaged cache is just rebuilt
     if cached_only:
@@ -214,7 +273,48 @@ def build_matcher(
     matcher, meta = _compile(hyperscan, signatures, config_keys, slow_words, trigger_words)
     if cache is not None:
         store(cache, json.dumps(meta).encode() + b"\n" + hyperscan.dumpb(matcher.database))
+    matcher.native = _native_database(meta, folder, digest.hexdigest())
     return matcher
+
+
+def _linescan() -> Any:
+    if _LINESCAN is None:
+        raise ImportError("rltriage.pipeline._linescan is not built")
+    return _LINESCAN
+
+
+def native_available() -> bool:
+    """Whether the compiled module `_linescan` is built and importable (and not switched off with
+    RLTRIAGE_NATIVE=0)."""
+    if os.environ.get("RLTRIAGE_NATIVE", "1") == "0":
+        return False
+    try:
+        _linescan()
+    except ImportError:
+        return False
+    return True
+
+
+def _native_database(meta: dict[str, Any], folder: Path | None, key: str) -> Any:
+    """The matcher's expressions compiled for `_linescan` (or loaded from the disk cache); None when
+    the module is not built or is switched off, or the library refuses them."""
+    if not native_available():
+        return None
+    native = _linescan()
+    digest = hashlib.sha256(f"{key}\0{native.version()}".encode()).hexdigest()[:32]
+    cache = folder / f"linescan-{digest}.hsdb" if folder else None
+    if cache is not None and cache.is_file():
+        try:
+            return native.loads(cache.read_bytes())
+        except (OSError, native.HyperscanError):
+            pass
+    try:
+        database = native.compile([e.encode() for e in meta["expressions"]], meta["flags"])
+    except native.HyperscanError:
+        return None
+    if cache is not None:
+        store(cache, database.dumps())
+    return database
 
 
 def _compile(
@@ -273,7 +373,7 @@ def _assemble(
     widened = [not item[3] and _widened_only(item[0]) for item in kept]
     meta = {
         "signatures": [item[0].id for item in kept], "exact": exact, "gated": gated, "anchored": anchored, "roles": roles,
-        "widened": widened, "literal_markers": literal_markers,
+        "widened": widened, "literal_markers": literal_markers, "expressions": expressions, "flags": flags,
     }
     matcher = LineMatcher(
         database, tuple(item[0] for item in kept), tuple(exact), tuple(gated), tuple(anchored), tuple(roles), tuple(widened), literal_markers

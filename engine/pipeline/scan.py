@@ -35,7 +35,7 @@ from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, strip_prefixes, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
 from ..kb.regexes import REGEX_TIMEOUT, timed_out
-from .matcher import CONFIG, REDRAWN, SLOW, TRIGGER, LineMatcher, build_matcher
+from .matcher import CONFIG, REDRAWN, SLOW, TRIGGER, LineMatcher, build_matcher, native_available
 from .redact import CONTEXT, CUT_MARGIN, continued, cut_bytes, mask_key_blocks, redact
 from .redact import cut as cut_text
 
@@ -545,7 +545,9 @@ class Scanner:
     ) -> int:
         """The aggregated path over one chunk; returns the chunk's number of newlines.
 
-        1. The matcher reports, at the end of each line, the signatures and markers on it.
+        1. The matcher reports, at the end of each line, the signatures and markers on it. With the
+           compiled module (LineMatcher.classify), the lines that are only counted are settled
+           there, and only the others come back here.
         2. Lines with a launcher prefix or carriage-return redraws are cut into what the full path
            matches (the text after the prefix, each kept redraw); the pieces of the whole chunk are
            matched in one more scan.
@@ -553,56 +555,39 @@ class Scanner:
            records, take the full path; the others are counted, and the last hit of each signature
            is made into its record when the chunk is done.
         """
-        hits: list[int] = []
-        append = hits.append
-        find = chunk.find
         size = len(chunk)
-        literal_markers = matcher.literal_markers
-
-        def on_match(index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
-            if index >= literal_markers:
-                end = find(b"\n", end)  # a literal marker: reported where it ends, wanted at the line's end
-                if end < 0:
-                    end = size
-            append(end << 11 | index)
-
-        matcher.scan(chunk, on_match)
-        hits.sort()
-        hits.append(-1)  # ends the last line
+        settled = matcher.classify(chunk, self._native_flags(matcher, kind, result.tallies), len(result.config) >= MAX_CONFIG)
+        counted: list[tuple[int, int, int]] = []
+        lines: Iterable[tuple[int, list[int]]]
+        if settled is not None:
+            lines, counted = settled  # the lines settled in compiled code are only counted there
+        else:
+            lines = self._lines_hit(matcher, chunk)
         roles = matcher.roles
         plain = self._plain_ids(matcher, kind)
         pieces: list[bytes] = []
         work: list[tuple[int, int, Any]] = []  # (line end, what to do, with what), in line order
         rfind = chunk.rfind
-        current = -1
-        ids: list[int] = []
         countable, widened = self._countable(matcher, kind)
         unconfirmed: dict[int, list[tuple[int, bytes]]] = {}  # widened hits on countable lines, by work item
         special: list[int] = []  # the work items with hits of their own (_HITS, _PIECES): few of all lines
-        for hit in hits:
-            end = hit >> 11
-            if end == current:
-                ids.append(hit & 2047)
-                continue
-            if current >= 0:
-                start = rfind(b"\n", 0, current) + 1
-                first = chunk[start] if start < size else 10  # _may_have_prefix(chunk, start), inlined: once per line
-                prefixed = first in _PREFIX_FIRST or (48 <= first <= 57 and _STAMP_START.match(chunk, start) is not None)
-                if not prefixed and plain.issuperset(ids):
-                    work.append((current, _COUNT, ids))  # the common line: exact signature hits, nothing else
-                elif not prefixed and countable.issuperset(ids):
-                    work.append((current, _COUNT, ids))  # the same, with hits to confirm first
-                    raw = chunk[start:current]
-                    for index in ids:
-                        if index in widened:
-                            unconfirmed.setdefault(index, []).append((len(work) - 1, raw))
-                else:
-                    self._sort_line(chunk, start, current, ids, prefixed, roles, result, work, pieces, special)
-            current = end
-            ids = [hit & 2047]
-        for index, lines in unconfirmed.items():
-            verdicts = matcher.verify(index, [raw for _item, raw in lines])
-            for number, (item, raw) in enumerate(lines):
+        for current, ids in lines:
+            start = rfind(b"\n", 0, current) + 1
+            first = chunk[start] if start < size else 10  # _may_have_prefix(chunk, start), inlined: once per line
+            prefixed = first in _PREFIX_FIRST or (48 <= first <= 57 and _STAMP_START.match(chunk, start) is not None)
+            if not prefixed and plain.issuperset(ids):
+                work.append((current, _COUNT, ids))  # the common line: exact signature hits, nothing else
+            elif not prefixed and countable.issuperset(ids):
+                work.append((current, _COUNT, ids))  # the same, with hits to confirm first
+                raw = chunk[start:current]
+                for index in ids:
+                    if index in widened:
+                        unconfirmed.setdefault(index, []).append((len(work) - 1, raw))
+            else:
+                self._sort_line(chunk, start, current, ids, prefixed, roles, result, work, pieces, special)
+        for index, waiting_lines in unconfirmed.items():
+            verdicts = matcher.verify(index, [raw for _item, raw in waiting_lines])
+            for number, (item, raw) in enumerate(waiting_lines):
                 end, what, line_ids = work[item]
                 if what != _COUNT:
                     continue
@@ -653,6 +638,15 @@ class Scanner:
                 full += 1
             elif not self._count_hits(matcher, end, data[0], data[1], kind, result, pending, saturated, simple):
                 self._full_line(chunk, end, False, state, kind, result, windows)
+        for index, count, last in counted:
+            # Hits counted in compiled code: their tallies kept no more records when the chunk began.
+            tally = tallies[names[index]]
+            tally.count += count
+            if tally.pending is not None:
+                tally.pending = max(tally.pending, last)
+            elif tally.last is None or tally.last.line <= base_line or tally.last.line < base_line + chunk.count(b"\n", 0, last) + 1:
+                tally.pending = last  # unless the full path kept a record of a later line in this chunk
+            pending[tally.signature] = tally
         # The last hits, made into records in line order, counting the chunk's newlines once.
         waiting = sorted((t for t in pending.values() if t.pending is not None), key=lambda t: t.pending or 0)
         counted_to = newlines = 0
@@ -663,6 +657,64 @@ class Scanner:
             counted_to = start
             self._resolve_pending(chunk, start, base_line + newlines + 1, tally)
         return newlines + chunk.count(b"\n", counted_to)
+
+    @staticmethod
+    def _lines_hit(matcher: LineMatcher, chunk: bytes) -> Iterator[tuple[int, list[int]]]:
+        """The chunk's lines with hits, in order: the end of each, and the ids the matcher reported on
+        it (at its end), sorted."""
+        hits: list[int] = []
+        append = hits.append
+        find = chunk.find
+        size = len(chunk)
+        literal_markers = matcher.literal_markers
+
+        def on_match(index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
+            if index >= literal_markers:
+                end = find(b"\n", end)  # a literal marker: reported where it ends, wanted at the line's end
+                if end < 0:
+                    end = size
+            append(end << 11 | index)
+
+        matcher.scan(chunk, on_match)
+        hits.sort()
+        hits.append(-1)  # ends the last line
+        current = -1
+        ids: list[int] = []
+        for hit in hits:
+            end = hit >> 11
+            if end == current:
+                ids.append(hit & 2047)
+                continue
+            if current >= 0:
+                yield current, ids
+            current = end
+            ids = [hit & 2047]
+
+    def _native_flags(self, matcher: LineMatcher, kind: InputKind, tallies: Mapping[str, Tally]) -> bytes:
+        """The NATIVE_* bits of every id for `LineMatcher.classify`, with the tallies as they are now."""
+        if matcher.native is None:
+            return b""
+        key = (id(matcher), kind, "native")
+        base: Any = self._plain.get(key)
+        if base is None:
+            simple = self._simple_ids(matcher, kind)
+            flags = bytearray(len(matcher.roles))
+            for index, sig in enumerate(matcher.signatures):
+                flags[index] = (
+                    (NATIVE_SIMPLE if index in simple else 0)
+                    | (NATIVE_EXACT if matcher.exact[index] else 0)
+                    | (NATIVE_ANCHORED if matcher.anchored[index] else 0)
+                    | (NATIVE_KINDSKIP if sig.model.kinds and kind not in sig.model.kinds else 0)
+                )
+            base = self._plain[key] = (bytes(flags), tuple(sorted(simple)))  # type: ignore[assignment]
+        flags_of_kind, simple_ids = base
+        out = bytearray(flags_of_kind)
+        names = matcher.names
+        for index in simple_ids:
+            tally = tallies.get(names[index])
+            if tally is not None and len(tally.samples) >= SAMPLES:
+                out[index] |= NATIVE_SATURATED
+        return bytes(out)
 
     @staticmethod
     def _saturate(data: list[int], tallies: dict[str, Tally], names: tuple[str, ...], saturated: dict[int, Tally]) -> bool:
@@ -981,6 +1033,12 @@ class Scanner:
 
 
 _COUNT, _FULL, _HITS, _PIECES = range(4)  # what the aggregated path does with a line
+# What `_linescan.classify` is told of each id, one byte each (the F_* bits of _linescan.c).
+NATIVE_SIMPLE = 1  # a confirmed hit counts without more checks (see _simple_ids)
+NATIVE_SATURATED = 2  # its tally keeps no more records
+NATIVE_EXACT = 4
+NATIVE_ANCHORED = 8
+NATIVE_KINDSKIP = 16  # the signature does not apply to this kind of file
 _PREFIX_STARTS = (b"(", b"[", b">")
 _PREFIX_FIRST = frozenset(b"([>")  # the same, as byte values
 _STAMP_START = re.compile(rb"[0-9]{4}-[0-9]{2}-[0-9]{2}T")  # the start of a collector's stamp, checked cheaply
@@ -1174,7 +1232,8 @@ def scanner_for(kb: KnowledgeBase) -> Scanner:
     """The knowledge base's scanner, built once and kept with it. RLTRIAGE_SCAN=reference keeps every
     line on the full path, =aggregate takes the aggregated path from the first byte (for tests)."""
     mode = SCAN_MODES.get(os.environ.get("RLTRIAGE_SCAN", "auto"), None)
-    return kb.cache.get(("scanner", mode), lambda: _frozen(Scanner(kb, config_keys(kb), aggregate=mode)))
+    key = ("scanner", mode, native_available())  # RLTRIAGE_NATIVE=0 is seen when the matcher is built
+    return kb.cache.get(key, lambda: _frozen(Scanner(kb, config_keys(kb), aggregate=mode)))
 
 
 def _frozen(scanner: Scanner) -> Scanner:

@@ -1,12 +1,18 @@
 """The aggregated scan gives exactly what the full path gives: the same tallies (counts, ranks, first,
 samples and last records with their values and timestamps), config echoes, unexplained lines, stack
 headers, failures and warnings, and so the same facts and the same report, on every fixture and on
-generated logs built to exercise what the aggregated path treats specially."""
+generated logs built to exercise what the aggregated path treats specially.
+
+Every test runs twice: with the compiled module `_linescan` settling the lines it can, and with the
+aggregated path in Python alone. Without the module the first run skips, unless
+RLTRIAGE_REQUIRE_NATIVE=1 (CI) makes that a failure."""
 
 from __future__ import annotations
 
 import io
+import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +23,7 @@ from hypothesis import strategies as st
 import rltriage
 from rltriage import KnowledgeBase
 from rltriage.base.vocabulary import InputKind
+from rltriage.pipeline.matcher import native_available
 from rltriage.pipeline.render import render_report
 from rltriage.pipeline.run import analyse
 from rltriage.pipeline.scan import CHUNK, SAMPLES, FileScan, Scanner, config_keys
@@ -24,12 +31,26 @@ from rltriage.pipeline.scan import CHUNK, SAMPLES, FileScan, Scanner, config_key
 from ..conftest import all_fixtures
 
 
+@pytest.fixture(scope="module", params=["compiled", "python"])
+def native(request: pytest.FixtureRequest) -> Iterator[str]:
+    """RLTRIAGE_NATIVE for the module's tests: the compiled module on, or off."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RLTRIAGE_NATIVE", "1" if request.param == "compiled" else "0")
+        if request.param == "compiled" and not native_available():
+            if os.environ.get("RLTRIAGE_REQUIRE_NATIVE") == "1":
+                pytest.fail("RLTRIAGE_REQUIRE_NATIVE=1 but rltriage.pipeline._linescan is not built (apt-get install libhyperscan-dev, then reinstall)")
+            pytest.skip("the compiled module _linescan is not built")
+        yield request.param
+
+
 @pytest.fixture(scope="module")
-def scanners(kb: KnowledgeBase) -> tuple[Scanner, Scanner]:
+def scanners(kb: KnowledgeBase, native: str) -> tuple[Scanner, Scanner]:
     reference = Scanner(kb, config_keys(kb), aggregate=False)
     aggregated = Scanner(kb, config_keys(kb), aggregate=True)
-    if aggregated.matcher() is None:
+    matcher = aggregated.matcher()
+    if matcher is None:
         pytest.skip("no Hyperscan: there is no aggregated path")
+    assert (matcher.native is not None) == (native == "compiled")
     return reference, aggregated
 
 
@@ -106,6 +127,12 @@ DECORATIONS = (
     lambda line: "(pid=5) (raylet) " + line,
     lambda line: "(TaskRunner pid=7 +2m3s)\t" + line,
     lambda line: "(pid=8)" + line,
+    # Ray's prefix as the compiled module reads it: a name that ends right before `pid=`, an address
+    # that is not one, a second prefix after it.
+    lambda line: "(xpid=3) " + line,
+    lambda line: "(Actor pid=1, ip=zz) " + line,
+    lambda line: "(pid=1)(pid=2) " + line,
+    lambda line: "(Actor, pid=1 +1h2m) [rank1]: " + line,
     lambda line: "[INFO] " + line,
     lambda line: line + " [repeated 3x across cluster]",
     lambda line: "\x1b[32m" + line + "\x1b[0m",
@@ -113,6 +140,8 @@ DECORATIONS = (
     lambda line: " 10%|█         | 1/10 [00:01<00:09, 1.00s/it]\r" + line,
     lambda line: line + "\r 20%|██        | 2/10 [00:02<00:08, 1.00s/it]",
     lambda line: "\r".join([" 30%|███       | 3/10 [00:03<00:07, 1.00s/it]"] * 6 + [line]),
+    lambda line: "\r  \r".join([line, "Loading shards", " 40%|████      | 4/10 [00:04<00:06, 1.00s/it]", line, " 50%|█████     | 5/10"]),
+    lambda line: "(pid=3) " + line + "\r(pid=3) " + line,
     lambda line: line + " é",
     lambda line: line + " ٣",
     lambda line: line + "\x0c",
