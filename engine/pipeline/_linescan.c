@@ -56,6 +56,21 @@ static int push(u64vec *a, uint64_t x) {
     return 0;
 }
 
+/* Room for `need` items of `size` bytes in *items (doubling, from 4096); -1 when out of memory. */
+static int reserve(void **items, size_t *room, size_t need, size_t size) {
+    if (need <= *room)
+        return 0;
+    size_t grown_room = *room ? *room : 4096;
+    while (grown_room < need)
+        grown_room *= 2;
+    void *grown = realloc(*items, grown_room * size);
+    if (grown == NULL)
+        return -1;
+    *items = grown;
+    *room = grown_room;
+    return 0;
+}
+
 static int compare_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -529,14 +544,9 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
             size_t j = i;
             while (j < hits.n && (size_t)(hits.v[j] >> ID_BITS) == end)
                 j++;
-            if (n_lines == lines_room) {
-                lines_room = lines_room ? lines_room * 2 : 4096;
-                line_info *grown = realloc(lines, sizeof *lines * lines_room);
-                if (grown == NULL) {
-                    failed = 1;
-                    break;
-                }
-                lines = grown;
+            if (reserve((void **)&lines, &lines_room, n_lines + 1, sizeof *lines)) {
+                failed = 1;
+                break;
             }
             line_info *line = &lines[n_lines++];
             const unsigned char *stop = end > 0 ? memrchr(data, '\n', end) : NULL;
@@ -618,26 +628,10 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                     part += cut;
                     part_length -= cut;
                 }
-                if (n_pieces == pieces_room) {
-                    pieces_room = pieces_room ? pieces_room * 2 : 4096;
-                    piece_info *grown = realloc(pieces, sizeof *pieces * pieces_room);
-                    if (grown == NULL) {
-                        failed = 1;
-                        break;
-                    }
-                    pieces = grown;
-                }
-                if (buffer_length + part_length + 1 > buffer_room) {
-                    size_t room = buffer_room ? buffer_room : 1 << 16;
-                    while (room < buffer_length + part_length + 1)
-                        room *= 2;
-                    unsigned char *grown = realloc(buffer, room);
-                    if (grown == NULL) {
-                        failed = 1;
-                        break;
-                    }
-                    buffer = grown;
-                    buffer_room = room;
+                if (reserve((void **)&pieces, &pieces_room, n_pieces + 1, sizeof *pieces) ||
+                    reserve((void **)&buffer, &buffer_room, buffer_length + part_length + 1, 1)) {
+                    failed = 1;
+                    break;
                 }
                 pieces[n_pieces].offset = buffer_length;
                 pieces[n_pieces].length = part_length;

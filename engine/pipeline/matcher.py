@@ -35,7 +35,7 @@ from ..kb import translate as translate_module
 from ..kb.diskcache import cache_dir, store
 from ..kb.knowledge import CompiledSignature
 from ..kb.literals import implied
-from ..kb.translate import translate
+from ..kb.translate import Translation, translate
 
 try:  # the optional compiled module (setup.py builds it where the Hyperscan library is installed)
     from . import _linescan as _LINESCAN  # type: ignore[attr-defined]
@@ -141,9 +141,10 @@ class LineMatcher:
         compile slowly, and most such signatures never match); None for the others."""
         with self._lock:
             if index not in self._verifiers:
-                self._verifiers[index] = _verifier(self.signatures[index])
-                if self.native is not None and self._verifiers[index] is not None:
-                    self._native_verifiers[index] = _native_verifier(self.signatures[index])
+                translation = _exact_translation(self.signatures[index])
+                database = self._verifiers[index] = None if translation is None else _verifier(translation)
+                if self.native is not None and translation is not None and database is not None:
+                    self._native_verifiers[index] = _native_verifier(translation)
             return self._verifiers[index]
 
     def verify(self, index: int, texts: list[bytes]) -> list[bool] | None:
@@ -179,23 +180,17 @@ def _widened_only(sig: CompiledSignature) -> bool:
     return translation is not None and translation.exact
 
 
-def _native_verifier(sig: CompiledSignature) -> Any:
-    """The same database as _verifier's, for `_linescan`; None when the library refuses it."""
+def _native_cached(expressions: list[str], flags: list[int], cache: Path | None) -> Any:
+    """These expressions compiled for `_linescan`, from the disk cache when it holds them (else kept
+    there); None when the library refuses them."""
     native = _linescan()
-    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
-    if translation is None or not translation.exact:
-        return None
-    flags = _MULTILINE | (_CASELESS if translation.caseless else 0)
-    folder = cache_dir()
-    key = hashlib.sha256(f"{FORMAT}\0{native.version()}\0{flags}\0{translation.expression}".encode()).hexdigest()[:32]
-    cache = folder / f"linescan-verify-{key}.hsdb" if folder else None
     if cache is not None and cache.is_file():
         try:
             return native.loads(cache.read_bytes())
         except (OSError, native.HyperscanError):
-            pass
+            pass  # a stale or damaged cache is just rebuilt
     try:
-        database = native.compile([translation.expression.encode()], [flags])
+        database = native.compile([e.encode() for e in expressions], flags)
     except native.HyperscanError:
         return None
     if cache is not None:
@@ -203,12 +198,23 @@ def _native_verifier(sig: CompiledSignature) -> Any:
     return database
 
 
-def _verifier(sig: CompiledSignature) -> Any:
+def _exact_translation(sig: CompiledSignature) -> Translation | None:
+    """The translation a verifier is built from: exact, with long bounded repeats kept as they are."""
+    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
+    return translation if translation is not None and translation.exact else None
+
+
+def _native_verifier(translation: Translation) -> Any:
+    """The same database as _verifier's, for `_linescan`."""
+    flags = _MULTILINE | (_CASELESS if translation.caseless else 0)
+    folder = cache_dir()
+    key = hashlib.sha256(f"{FORMAT}\0{_linescan().version()}\0{flags}\0{translation.expression}".encode()).hexdigest()[:32]
+    return _native_cached([translation.expression], [flags], folder / f"linescan-verify-{key}.hsdb" if folder else None)
+
+
+def _verifier(translation: Translation) -> Any:
     import hyperscan
 
-    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
-    if translation is None or not translation.exact:
-        return None
     flags = hyperscan.HS_FLAG_MULTILINE | (hyperscan.HS_FLAG_CASELESS if translation.caseless else 0)
     folder = cache_dir()
     key = hashlib.sha256(f"{FORMAT}\0{getattr(hyperscan, '__version__', '')}\0{flags}\0{translation.expression}".encode()).hexdigest()[:32]
@@ -300,21 +306,8 @@ def _native_database(meta: dict[str, Any], folder: Path | None, key: str) -> Any
     the module is not built or is switched off, or the library refuses them."""
     if not native_available():
         return None
-    native = _linescan()
-    digest = hashlib.sha256(f"{key}\0{native.version()}".encode()).hexdigest()[:32]
-    cache = folder / f"linescan-{digest}.hsdb" if folder else None
-    if cache is not None and cache.is_file():
-        try:
-            return native.loads(cache.read_bytes())
-        except (OSError, native.HyperscanError):
-            pass
-    try:
-        database = native.compile([e.encode() for e in meta["expressions"]], meta["flags"])
-    except native.HyperscanError:
-        return None
-    if cache is not None:
-        store(cache, database.dumps())
-    return database
+    digest = hashlib.sha256(f"{key}\0{_linescan().version()}".encode()).hexdigest()[:32]
+    return _native_cached(meta["expressions"], meta["flags"], folder / f"linescan-{digest}.hsdb" if folder else None)
 
 
 def _compile(
