@@ -387,6 +387,15 @@ typedef struct {
 } piece_info;
 
 typedef struct {
+    unsigned int id;
+    const unsigned char *text;
+    size_t length;
+    int verdict;
+} memo_entry;
+
+#define MEMO 32
+
+typedef struct {
     const unsigned char *flags;
     const unsigned char *roles;
     size_t ids;
@@ -394,7 +403,11 @@ typedef struct {
     uint64_t *counts;
     size_t *last;
     hs_database_t **verifiers; /* by signature id: the exact translation of a widened one, or NULL */
+    PyObject **confirmers;     /* by signature id: for an inexact one no database states, its pattern's test, or NULL */
     hs_scratch_t *scratch;
+    PyThreadState **released; /* the thread state classify saved when it let go of the GIL */
+    memo_entry memo[MEMO];     /* the current line's confirmations: each pass over its hits asks again */
+    size_t memos;
 } rules;
 
 static int on_verified(unsigned int id, unsigned long long from, unsigned long long to, unsigned int flags, void *context) {
@@ -406,21 +419,47 @@ static int on_verified(unsigned int id, unsigned long long from, unsigned long l
     return 1; /* one match is enough */
 }
 
+/* Whether an inexact translation's hit on this text is the signature's: 1, confirmed; 0, not;
+ * -1, the line goes to Python. As _confirm decides: the exact translation of a widened one (as
+ * LineMatcher.verify), else the signature's own pattern, a Python call made with the GIL taken back. */
+static int confirm_hit(rules *r, unsigned int id, const unsigned char *text, size_t length) {
+    for (size_t m = 0; m < r->memos; m++)
+        if (r->memo[m].id == id && r->memo[m].text == text && r->memo[m].length == length)
+            return r->memo[m].verdict;
+    int verdict = -1;
+    if (r->verifiers[id] != NULL) {
+        hs_error_t status = hs_scan(r->verifiers[id], (const char *)text, (unsigned int)length, 0, r->scratch, on_verified, NULL);
+        verdict = status == HS_SUCCESS ? 0 : status == HS_SCAN_TERMINATED ? 1 : -1;
+    } else if (r->confirmers[id] != NULL) {
+        PyEval_RestoreThread(*r->released);
+        PyObject *answer = PyObject_CallFunction(r->confirmers[id], "y#", (const char *)text, (Py_ssize_t)length);
+        if (answer == NULL)
+            PyErr_Clear(); /* the Python path meets the same and deals with it */
+        verdict = answer == Py_True ? 1 : answer == Py_False ? 0 : -1;
+        Py_XDECREF(answer);
+        *r->released = PyEval_SaveThread();
+    }
+    if (r->memos < MEMO) {
+        memo_entry *entry = &r->memo[r->memos++];
+        entry->id = id;
+        entry->text = text;
+        entry->length = length;
+        entry->verdict = verdict;
+    }
+    return verdict;
+}
+
 /* What becomes of one hit of a line: 1, confirmed as it stands and counted; 0, skipped (its
- * signature does not apply to this kind of file); -1, the line goes to Python. */
-static int settle_hit(const rules *r, unsigned int id, const unsigned char *text, size_t length) {
+ * signature does not apply to this kind of file, or its pattern does not confirm it); -1, the line
+ * goes to Python. */
+static int settle_hit(rules *r, unsigned int id, const unsigned char *text, size_t length) {
     unsigned char f = r->flags[id];
     if (((f & F_ANCHORED) || !(f & F_EXACT)) && may_have_prefix(text, length, 0))
         return -1; /* _confirm checks it with the signature's pattern */
     if (!(f & F_EXACT)) {
-        /* A widened translation: confirmed by the exact one, as LineMatcher.verify does. */
-        if (r->verifiers == NULL || r->verifiers[id] == NULL)
-            return -1;
-        hs_error_t status = hs_scan(r->verifiers[id], (const char *)text, (unsigned int)length, 0, r->scratch, on_verified, NULL);
-        if (status == HS_SUCCESS)
-            return 0; /* not confirmed: the hit is dropped */
-        if (status != HS_SCAN_TERMINATED)
-            return -1;
+        int confirmed = confirm_hit(r, id, text, length);
+        if (confirmed <= 0)
+            return confirmed; /* not confirmed: the hit is dropped */
     }
     if ((f & F_SIMPLE) && (f & F_SATURATED))
         return 1;
@@ -490,7 +529,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     piece_info *pieces = NULL;
     unsigned char *buffer = NULL;
     span *parts = NULL;
-    rules r = {flag_buffer.buf, role_buffer.buf, ids, signatures, NULL, NULL, NULL, scratch->scratch};
+    rules r = {flag_buffer.buf, role_buffer.buf, ids, signatures, NULL, NULL, NULL, NULL, scratch->scratch, NULL, {{0}}, 0};
     size_t n_lines = 0, n_pieces = 0, buffer_length = 0, buffer_room = 0, pieces_room = 0;
     int failed = 0; /* 1: out of memory; 2: the scan failed */
 
@@ -502,21 +541,27 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     r.last = calloc(signatures ? signatures : 1, sizeof *r.last);
     parts = malloc(sizeof *parts * MAX_PARTS);
     r.verifiers = calloc(signatures ? signatures : 1, sizeof *r.verifiers);
-    if (r.counts == NULL || r.last == NULL || parts == NULL || r.verifiers == NULL) {
+    r.confirmers = calloc(signatures ? signatures : 1, sizeof *r.confirmers);
+    if (r.counts == NULL || r.last == NULL || parts == NULL || r.verifiers == NULL || r.confirmers == NULL) {
         PyErr_NoMemory();
         goto release;
     }
     if (verifier_list != Py_None) {
         if (!PyList_Check(verifier_list) || PyList_GET_SIZE(verifier_list) > (Py_ssize_t)signatures) {
-            PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database or None, by signature id");
+            PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database, callable or None, by signature id");
             goto release;
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(verifier_list); i++) {
             PyObject *item = PyList_GET_ITEM(verifier_list, i);
             if (item == Py_None)
                 continue;
+            if (!PyObject_TypeCheck(item, &DatabaseType) && PyCallable_Check(item)) {
+                Py_INCREF(item); /* held while the GIL is let go */
+                r.confirmers[i] = item;
+                continue;
+            }
             if (!PyObject_TypeCheck(item, &DatabaseType)) {
-                PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database or None, by signature id");
+                PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database, callable or None, by signature id");
                 goto release;
             }
             r.verifiers[i] = ((DatabaseObject *)item)->db;
@@ -530,6 +575,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     }
 
     Py_BEGIN_ALLOW_THREADS;
+    r.released = &_save;
     scan_context context = {&hits, (const char *)data, size, literal_markers, (unsigned int)ids};
     hs_error_t status = hs_scan(database->db, (const char *)data, (unsigned int)size, 0, scratch->scratch, on_match, &context);
     if (status != HS_SUCCESS)
@@ -556,6 +602,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
             line->hits = j - i;
             line->pieces = 0;
             line->decision = TO_PYTHON;
+            r.memos = 0;
             int prefixed = may_have_prefix(data, size, line->start);
             int marks = 0, plain = 1, saturated = 1, found = 0;
             for (size_t k = i; k < j; k++) {
@@ -678,6 +725,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 if (line->decision != WITH_PIECES)
                     continue;
                 size_t last_piece = line->first_piece + line->pieces;
+                r.memos = 0;
                 while (cursor < piece_hits.n && (size_t)(piece_hits.v[cursor] >> ID_BITS) < line->first_piece)
                     cursor++;
                 size_t from = cursor;
@@ -764,6 +812,10 @@ release:
     free(r.counts);
     free(r.last);
     free(r.verifiers);
+    if (r.confirmers != NULL)
+        for (unsigned int id = 0; id < signatures; id++)
+            Py_XDECREF(r.confirmers[id]);
+    free(r.confirmers);
     PyBuffer_Release(&chunk);
     PyBuffer_Release(&flag_buffer);
     PyBuffer_Release(&role_buffer);

@@ -27,6 +27,7 @@ import threading
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from ..kb import translate as translate_module
 from ..kb.diskcache import cache_dir, store
 from ..kb.knowledge import CompiledSignature
 from ..kb.literals import implied
+from ..kb.regexes import REGEX_TIMEOUT
 from ..kb.translate import Translation, translate
 
 try:  # the optional compiled module (setup.py builds it where the Hyperscan library is installed)
@@ -145,6 +147,8 @@ class LineMatcher:
                 database = self._verifiers[index] = None if translation is None else _verifier(translation)
                 if self.native is not None and translation is not None and database is not None:
                     self._native_verifiers[index] = _native_verifier(translation)
+                elif self.native is not None and database is None and not self.exact[index]:
+                    self._native_verifiers[index] = partial(_pattern_confirms, self.signatures[index])
             return self._verifiers[index]
 
     def verify(self, index: int, texts: list[bytes]) -> list[bool] | None:
@@ -202,6 +206,16 @@ def _exact_translation(sig: CompiledSignature) -> Translation | None:
     """The translation a verifier is built from: exact, with long bounded repeats kept as they are."""
     translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES, widest=1 << 20)
     return translation if translation is not None and translation.exact else None
+
+
+def _pattern_confirms(sig: CompiledSignature, text: bytes) -> bool | None:
+    """For `_linescan`, a hit of a signature no database states exactly (a backreference, a
+    lookaround): whether its own pattern is on the text, as the scanner's _confirm decides; None
+    when the pattern gives up, and the line takes the Python path, which says so."""
+    try:
+        return sig.regex.search(text.decode("utf-8"), timeout=REGEX_TIMEOUT) is not None
+    except (TimeoutError, UnicodeDecodeError):
+        return None
 
 
 def _native_verifier(translation: Translation) -> Any:

@@ -256,3 +256,26 @@ def test_a_large_file_takes_the_aggregated_path_from_its_start_when_the_matcher_
     # A file smaller than a chunk stays on the full path, cached matcher or not.
     scan, taken = _paths_taken(warm, data[: CHUNK // 2].rsplit(b"\n", 1)[0] + b"\n", monkeypatch)
     assert set(taken) == {"full"}
+
+
+def test_signatures_no_database_states_are_confirmed_by_their_pattern_in_the_compiled_path(kb: KnowledgeBase, scanners: Any, native: str) -> None:
+    # vllm.processed_prompts_done needs done == total (a backreference), _last_few the opposite: no
+    # Hyperscan database says either, so each hit is confirmed with the signature's own pattern.
+    done = "Processed prompts: 100%|##########| 64/64 [00:05<00:00, 12.00it/s, est. speed input: 10.00 toks/s]"
+    rounded = "Processed prompts: 100%|##########| 1023/1024 [00:09<00:00, 99.00it/s]"  # tqdm rounds up to 100%
+    redrawn = "Processed prompts:   0%|          | 0/64 [00:00<?, ?it/s]\rProcessed prompts:  50%|#####     | 32/64 [00:02<00:02, 12.00it/s]\r" + done
+    lines = [done, rounded, redrawn, "(EngineCore_DP0 pid=7) " + done, "(EngineCore_DP0 pid=7) " + rounded] * 400
+    data = ("\n".join(lines) + "\n").encode("utf-8")
+    scan = assert_same_scan(scanners, data)
+    assert scan.tallies["vllm.processed_prompts_done"].count == 3 * 400
+    assert scan.tallies["vllm.processed_prompts_last_few"].count == 2 * 400
+    if native == "compiled":
+        # Once the tallies keep no more records, the compiled module settles every one of these lines.
+        aggregated = scanners[1]
+        matcher = aggregated.matcher()
+        flags = aggregated._native_flags(matcher, InputKind.driver_log, scan.tallies)
+        handed, counted = matcher.classify(data, flags, False)
+        assert handed == []
+        by_name = {matcher.names[index]: count for index, count, _last in counted}
+        assert by_name["vllm.processed_prompts_done"] == 3 * 400
+        assert by_name["vllm.processed_prompts_last_few"] == 2 * 400
