@@ -293,7 +293,10 @@ def main() -> int:
     baseline = [args.baseline, "-m", "rltriage", "diagnose", "--format", "json"] if args.baseline else None
     try:
         patterns, usable, total = grep_patterns(workdir)
-        print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+        compiled = subprocess.run(
+            [sys.executable, "-c", "from rltriage.pipeline.matcher import native_available; print(native_available())"], capture_output=True, text=True
+        ).stdout.strip()
+        print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}, compiled scanner (_linescan): {'yes' if compiled == 'True' else 'no'}")
         print(f"signatures: {total} ({usable} expressible for grep -E); baseline: LC_ALL=C grep -c -E -f <those patterns>")
         blocks = {mode: _block(mode, 7) for mode in WEIGHTS}
         # The aggregated path's compiled matcher is built once per knowledge base and kept on disk:

@@ -43,6 +43,7 @@ CHUNK = 1 << 20
 MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
 MAX_TEXT = 2000  # evidence text is cut to this many characters
 SAMPLES = 3
+MAX_DEFERRED = 1 << 14  # bytes of a tally's last line kept until the file is done; longer ones are resolved at once
 MAX_DISTINCT = 64  # separate tallies a signature may keep per file for its `distinct` groups
 AGGREGATE_AFTER = 4 << 20  # bytes of a file read before the aggregated path takes over (auto mode)
 MAX_CONFIG = 10_000  # config echoes kept per file
@@ -114,6 +115,10 @@ class Tally:
     ranks: set[int] = field(default_factory=set)
     # The aggregated path's last hit, not yet made into a record: the end of its line in the chunk.
     pending: int | None = field(default=None, repr=False, compare=False)
+    # Then, once its chunk is done: its line's number and bytes, made into `last` when the file is
+    # done (a later chunk's last hit replaces it, so a signature's regex runs once a file, not once
+    # a chunk).
+    deferred: tuple[int, bytes] | None = field(default=None, repr=False, compare=False)
 
     def add(self, record: HitRecord, repeat: int) -> None:
         self.count += repeat
@@ -122,7 +127,7 @@ class Tally:
         elif len(self.samples) < SAMPLES:
             self.samples.append(record)
         self.last = record
-        self.pending = None
+        self.pending = self.deferred = None
         if record.rank is not None and len(self.ranks) < MAX_RANKS:
             self.ranks.add(record.rank)
 
@@ -489,6 +494,8 @@ class Scanner:
         result.failures = parse_failures(windows.lines(), end=line_no)
         for tally in result.tallies.values():
             tally.pending = None
+            if tally.deferred is not None:
+                self._resolve_deferred(tally)
             for record in (tally.first, *tally.samples, tally.last):
                 if record is not None:
                     record.resolve()
@@ -962,13 +969,22 @@ class Scanner:
             windows.add(chunk, start, end, state[1] + 1, TRACEBACK_AFTER)
 
     def _resolve_pending(self, chunk: bytes, start: int, line_no: int, tally: Tally) -> None:
-        """Make the aggregated last hit of a tally (on line `line_no`, from `start`) into the record
-        the full path would have kept."""
+        """Keep the aggregated last hit of a tally (on line `line_no`, from `start`) for the end of
+        the file; a line too long to keep is made into its record now."""
         end = tally.pending
         assert end is not None
         tally.pending = None
+        tally.deferred = (line_no, chunk[start:end])
+        if end - start > MAX_DEFERRED:
+            self._resolve_deferred(tally)
+
+    def _resolve_deferred(self, tally: Tally) -> None:
+        """Make the aggregated last hit of a tally into the record the full path would have kept."""
+        assert tally.deferred is not None
+        line_no, raw = tally.deferred
+        tally.deferred = None
         sig = self._by_id[tally.signature]
-        for segment in reversed(segments(chunk[start:end].decode("utf-8", "replace"))):
+        for segment in reversed(segments(raw.decode("utf-8", "replace"))):
             try:
                 match = sig.regex.search(segment.text, timeout=REGEX_TIMEOUT)
             except TimeoutError:
