@@ -4,7 +4,9 @@ name `rltriage`, and the knowledge base copied into the wheel as `rltriage/_kb/`
 The optional compiled module `rltriage.pipeline._linescan` is built where the Hyperscan library and
 its headers are found (pkg-config's `libhs`, or hs.h in /usr/include/hs or /usr/local/include/hs:
 Debian's and Ubuntu's `libhyperscan-dev`). Without them, or if it fails to compile, the install goes
-on without it and the scanner does the same work in Python, more slowly.
+on without it and the scanner does the same work in Python, more slowly. Where PCRE2 is found too
+(`libpcre2-dev`), the module also confirms the hits of the few signatures Hyperscan cannot state (a
+backreference, a lookahead) without calling Python.
 
 An editable install (`pip install -e .`) skips the copy: `rltriage.kb.load.builtin_pack` then finds
 no `_kb` beside the package and reads the checkout's own rules/, signatures/, collect/, templates/,
@@ -51,17 +53,40 @@ def linescan() -> list[Extension]:
         if not include:
             print("rltriage: the Hyperscan library's headers were not found; building without the compiled scanner")
             return []
+    libraries, macros = ["hs"], []
+    pcre2 = _pcre2()
+    if pcre2 is not None:
+        include += pcre2[0]
+        library += pcre2[1]
+        libraries.append("pcre2-8")
+        macros.append(("HAVE_PCRE2", "1"))
     return [
         Extension(
             "rltriage.pipeline._linescan",
             ["engine/pipeline/_linescan.c"],
             include_dirs=include,
             library_dirs=library,
-            libraries=["hs"],
+            libraries=libraries,
+            define_macros=macros,
             extra_compile_args=["-O2"],
             optional=True,
         )
     ]
+
+
+def _pcre2() -> tuple[list[str], list[str]] | None:
+    """Where PCRE2 (8-bit) is, for the compiled module's confirmation of the signatures Hyperscan
+    cannot state (a backreference, a lookahead): include and library folders; None without it."""
+    try:
+        found = subprocess.run(["pkg-config", "--cflags-only-I", "--libs-only-L", "libpcre2-8"], capture_output=True, text=True, check=False)
+    except OSError:
+        found = None
+    if found is not None and found.returncode == 0:
+        flags = found.stdout.split()
+        return [flag[2:] for flag in flags if flag.startswith("-I")], [flag[2:] for flag in flags if flag.startswith("-L")]
+    if any(Path(folder, "pcre2.h").is_file() for folder in ("/usr/include", "/usr/local/include")):
+        return [], []
+    return None
 
 
 setup(

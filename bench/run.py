@@ -16,7 +16,8 @@ then reports in one run:
 * the time of a diagnosis of a two-line log with its text report (start-up, knowledge base, report:
   what every run pays);
 * diagnose wall time vs grep wall time on the same file, as a ratio (grep in the C locale, its
-  fastest; in a UTF-8 locale the same grep is many times slower);
+  fastest; in a UTF-8 locale the same grep is many times slower), with the default one thread and
+  with --jobs 2 (the log's chunks classified in two threads);
 * peak RSS of diagnose for each log (target: <= 200 MB and flat as the input grows);
 * the 256 rank logs with --jobs 1 and --jobs 2, and the 100,000 tiny logs (time, peak RSS);
 * the hung run with 64 and with 256 py-spy dumps (time, peak RSS);
@@ -321,7 +322,11 @@ def main() -> int:
             line += f"; baseline build {base_s:.2f} s, peak RSS {max(r[1] for r in base_runs) / 1024:.1f} MB (this build: {min(r[0] for r in runs) / base_s:.2f}x the time)"
         print(line, flush=True)
         extra = f" {'base s':>8} {'vs base':>8} {'base RSS MB':>12}" if baseline else ""
-        print(f"{'log':>6} {'size':>6} {'matched':>8} {'grep':>5} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}{extra}")
+        print("-j2: the same diagnosis with --jobs 2 (the log's chunks classified in two threads)")
+        print(
+            f"{'log':>6} {'size':>6} {'matched':>8} {'grep':>5} {'grep s':>8} {'diagnose s':>11} {'ratio':>6} {'peak RSS MB':>12}"
+            f" {'-j2 s':>7} {'-j2 ratio':>9} {'-j2 RSS MB':>11}{extra}"
+        )
         for mode in ("sparse", "dense"):
             share = signature_share(mode)
             for size_gb in [float(s) for s in args.sizes.split(",") if s]:
@@ -334,7 +339,12 @@ def main() -> int:
                 runs, base_runs = paired([*rltriage, str(log)], [*baseline, str(log)] if baseline else None, args.repeat)
                 diag_s = min(r[0] for r in runs)
                 rss = max(r[1] for r in runs)
-                line = f"{mode:>6} {size_gb:>5g}G {share:>8.0%} {grepped:>5.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}"
+                threaded = [timed([*rltriage, "--jobs", "2", str(log)]) for _ in range(args.repeat)]
+                two_s, two_rss = min(r[0] for r in threaded), max(r[1] for r in threaded)
+                line = (
+                    f"{mode:>6} {size_gb:>5g}G {share:>8.0%} {grepped:>5.0%} {grep_s:>8.2f} {diag_s:>11.2f} {diag_s / grep_s:>6.2f} {rss / 1024:>12.1f}"
+                    f" {two_s:>7.2f} {two_s / grep_s:>9.2f} {two_rss / 1024:>11.1f}"
+                )
                 if baseline:
                     base_s = min(r[0] for r in base_runs)
                     line += f" {base_s:>8.2f} {diag_s / base_s:>8.2f} {max(r[1] for r in base_runs) / 1024:>12.1f}"

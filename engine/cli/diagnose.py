@@ -52,7 +52,7 @@ def _run(
 @ENGINE
 @OUTPUT
 @NO_REDACT
-@jobs("Worker processes reading files in parallel.")
+@jobs("Worker processes reading files in parallel; for a single large log, threads scanning its chunks.")
 @VERBOSE
 @COLOR
 @click.option("--same-run", is_flag=True, help="The folders or archives given are parts of one run, even if their settings differ.")

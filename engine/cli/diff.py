@@ -19,7 +19,7 @@ from .options import ENGINE, NO_REDACT, OUTPUT, RULES_DIRS, jobs
 @ENGINE
 @OUTPUT
 @NO_REDACT
-@jobs("Worker processes reading files in parallel.")
+@jobs("Worker processes reading files in parallel; for a single large log, threads scanning its chunks.")
 def diff_command(good: str, bad: str, fmt: str, rules_dirs: tuple[str, ...], engine: str, output: str | None, no_redact: bool, jobs: int) -> None:
     """Compare a healthy run (GOOD) with a broken one (BAD): folders, files or archives.
 

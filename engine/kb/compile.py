@@ -40,14 +40,14 @@ class CompiledPattern:
     alias: str
     checks: tuple[Check, ...]
     source: Pattern
+    # The checks split by what they compare with: a value, or another fact's field. Worked out once:
+    # the engine asks for them for every fact it tries.
+    literal_checks: tuple[Check, ...] = dataclasses.field(init=False, compare=False, repr=False)
+    ref_checks: tuple[Check, ...] = dataclasses.field(init=False, compare=False, repr=False)
 
-    @property
-    def literal_checks(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.ref is None)
-
-    @property
-    def ref_checks(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.ref is not None)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "literal_checks", tuple(c for c in self.checks if c.ref is None))
+        object.__setattr__(self, "ref_checks", tuple(c for c in self.checks if c.ref is not None))
 
     def describe(self) -> str:
         parts = []

@@ -22,6 +22,10 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef HAVE_PCRE2
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#endif
 
 /* Bits of the per-id flags scan.py passes (NATIVE_* there). */
 #define F_SIMPLE 1    /* a confirmed hit counts without more checks (not gated, not distinct, kind ok) */
@@ -242,6 +246,86 @@ static PyObject *load_database(PyObject *Py_UNUSED(module), PyObject *args) {
 
 static PyObject *library_version(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(ignored)) { return PyUnicode_FromString(hs_version()); }
 
+/* ---- a signature's own pattern, with PCRE2 (built with it only) ----
+ * For the few signatures no Hyperscan database states (a backreference, a lookahead): their hits
+ * are confirmed with the pattern itself, which PCRE2 runs without Python, as Hyperscan's Chimera
+ * pairs the two. matcher.py uses one only where the pattern means the same to PCRE2 as to Python's
+ * regex on the text that reaches it (ASCII and block elements), checked on the signature's examples. */
+
+#ifdef HAVE_PCRE2
+typedef struct {
+    PyObject_HEAD pcre2_code *code;
+} PatternObject;
+
+static void pattern_dealloc(PatternObject *self) {
+    if (self->code != NULL)
+        pcre2_code_free(self->code);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* 1: the pattern is found in the text; 0: not; -1: PCRE2 gave up (a limit, text that is not UTF-8). */
+static int pattern_found(pcre2_code *code, pcre2_match_data *match, const unsigned char *text, size_t length) {
+    int found = pcre2_match(code, (PCRE2_SPTR)text, (PCRE2_SIZE)length, 0, 0, match, NULL);
+    return found >= 0 ? 1 : found == PCRE2_ERROR_NOMATCH ? 0 : -1;
+}
+
+static PyObject *pattern_search(PatternObject *self, PyObject *args) {
+    Py_buffer text;
+    if (!PyArg_ParseTuple(args, "y*", &text))
+        return NULL;
+    pcre2_match_data *match = pcre2_match_data_create(1, NULL);
+    if (match == NULL) {
+        PyBuffer_Release(&text);
+        return PyErr_NoMemory();
+    }
+    int found = pattern_found(self->code, match, text.buf, (size_t)text.len);
+    pcre2_match_data_free(match);
+    PyBuffer_Release(&text);
+    if (found < 0)
+        Py_RETURN_NONE;
+    return PyBool_FromLong(found);
+}
+
+static PyMethodDef pattern_methods[] = {
+    {"search", (PyCFunction)pattern_search, METH_VARARGS, "search(text: bytes) -> True, False, or None when PCRE2 gives up."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PatternType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rltriage.pipeline._linescan.Pattern",
+    .tp_basicsize = sizeof(PatternObject),
+    .tp_dealloc = (destructor)pattern_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A pattern compiled by PCRE2 (UTF-8, JIT where the library has it).",
+    .tp_methods = pattern_methods,
+};
+
+static PyObject *compile_pattern(PyObject *Py_UNUSED(module), PyObject *args) {
+    const char *text;
+    Py_ssize_t length;
+    int caseless;
+    if (!PyArg_ParseTuple(args, "s#p", &text, &length, &caseless))
+        return NULL;
+    int error;
+    PCRE2_SIZE at;
+    uint32_t options = PCRE2_UTF | PCRE2_DUPNAMES | (caseless ? PCRE2_CASELESS : 0);
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)text, (PCRE2_SIZE)length, options, &error, &at, NULL);
+    if (code == NULL) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(error, message, sizeof message);
+        return PyErr_Format(PyExc_ValueError, "PCRE2 refuses the pattern at %zu: %s", (size_t)at, (const char *)message);
+    }
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* without JIT it is interpreted: the same answers */
+    PatternObject *out = PyObject_New(PatternObject, &PatternType);
+    if (out == NULL) {
+        pcre2_code_free(code);
+        return NULL;
+    }
+    out->code = code;
+    return (PyObject *)out;
+}
+#endif
+
 /* ---- the rules of scan.py, on bytes ---- */
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
@@ -373,7 +457,9 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
     return push(c->hits, ((uint64_t)end << ID_BITS) | id) ? 1 : 0;
 }
 
-enum { DONE, TO_PYTHON, WITH_PIECES };
+enum { DONE, TO_PYTHON, WITH_PIECES, DEFERRED };
+
+#define DEFER (-2) /* a verdict: the hit needs a Python call, and classify was told not to make one */
 
 typedef struct {
     size_t start, end;
@@ -404,8 +490,13 @@ typedef struct {
     size_t *last;
     hs_database_t **verifiers; /* by signature id: the exact translation of a widened one, or NULL */
     PyObject **confirmers;     /* by signature id: for an inexact one no database states, its pattern's test, or NULL */
+#ifdef HAVE_PCRE2
+    pcre2_code **patterns; /* by signature id: the same pattern compiled by PCRE2, or NULL (then confirmers) */
+    pcre2_match_data *match;
+#endif
     hs_scratch_t *scratch;
     PyThreadState **released; /* the thread state classify saved when it let go of the GIL */
+    int defer;                 /* no Python call: a line that needs one is handed back as deferred */
     memo_entry memo[MEMO];     /* the current line's confirmations: each pass over its hits asks again */
     size_t memos;
 } rules;
@@ -420,17 +511,24 @@ static int on_verified(unsigned int id, unsigned long long from, unsigned long l
 }
 
 /* Whether an inexact translation's hit on this text is the signature's: 1, confirmed; 0, not;
- * -1, the line goes to Python. As _confirm decides: the exact translation of a widened one (as
+ * -1, the line goes to Python; DEFER, it needs a Python call and r->defer forbids one. As _confirm decides: the exact translation of a widened one (as
  * LineMatcher.verify), else the signature's own pattern, a Python call made with the GIL taken back. */
 static int confirm_hit(rules *r, unsigned int id, const unsigned char *text, size_t length) {
     for (size_t m = 0; m < r->memos; m++)
         if (r->memo[m].id == id && r->memo[m].text == text && r->memo[m].length == length)
             return r->memo[m].verdict;
     int verdict = -1;
+#ifdef HAVE_PCRE2
+    if (r->patterns[id] != NULL) {
+        verdict = pattern_found(r->patterns[id], r->match, text, length);
+    } else
+#endif
     if (r->verifiers[id] != NULL) {
         hs_error_t status = hs_scan(r->verifiers[id], (const char *)text, (unsigned int)length, 0, r->scratch, on_verified, NULL);
         verdict = status == HS_SUCCESS ? 0 : status == HS_SCAN_TERMINATED ? 1 : -1;
     } else if (r->confirmers[id] != NULL) {
+        if (r->defer)
+            return DEFER; /* not memoised: the line is settled again, whole, by a call that may */
         PyEval_RestoreThread(*r->released);
         PyObject *answer = PyObject_CallFunction(r->confirmers[id], "y#", (const char *)text, (Py_ssize_t)length);
         if (answer == NULL)
@@ -451,7 +549,7 @@ static int confirm_hit(rules *r, unsigned int id, const unsigned char *text, siz
 
 /* What becomes of one hit of a line: 1, confirmed as it stands and counted; 0, skipped (its
  * signature does not apply to this kind of file, or its pattern does not confirm it); -1, the line
- * goes to Python. */
+ * goes to Python; DEFER, as confirm_hit. */
 static int settle_hit(rules *r, unsigned int id, const unsigned char *text, size_t length) {
     unsigned char f = r->flags[id];
     if (((f & F_ANCHORED) || !(f & F_EXACT)) && may_have_prefix(text, length, 0))
@@ -515,10 +613,10 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     ScratchObject *scratch;
     Py_buffer chunk, flag_buffer, role_buffer;
     unsigned int signatures, literal_markers;
-    int config_full;
+    int config_full, defer = 0;
     PyObject *verifier_list;
-    if (!PyArg_ParseTuple(args, "O!O!y*y*y*IIpO", &DatabaseType, &database, &ScratchType, &scratch, &chunk, &flag_buffer, &role_buffer, &signatures,
-                          &literal_markers, &config_full, &verifier_list))
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*IIpO|p", &DatabaseType, &database, &ScratchType, &scratch, &chunk, &flag_buffer, &role_buffer, &signatures,
+                          &literal_markers, &config_full, &verifier_list, &defer))
         return NULL;
     PyObject *result = NULL;
     const unsigned char *data = chunk.buf;
@@ -529,7 +627,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     piece_info *pieces = NULL;
     unsigned char *buffer = NULL;
     span *parts = NULL;
-    rules r = {flag_buffer.buf, role_buffer.buf, ids, signatures, NULL, NULL, NULL, NULL, scratch->scratch, NULL, {{0}}, 0};
+    rules r = {.flags = flag_buffer.buf, .roles = role_buffer.buf, .ids = ids, .signatures = signatures, .scratch = scratch->scratch, .defer = defer};
     size_t n_lines = 0, n_pieces = 0, buffer_length = 0, buffer_room = 0, pieces_room = 0;
     int failed = 0; /* 1: out of memory; 2: the scan failed */
 
@@ -542,26 +640,40 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     parts = malloc(sizeof *parts * MAX_PARTS);
     r.verifiers = calloc(signatures ? signatures : 1, sizeof *r.verifiers);
     r.confirmers = calloc(signatures ? signatures : 1, sizeof *r.confirmers);
+#ifdef HAVE_PCRE2
+    r.patterns = calloc(signatures ? signatures : 1, sizeof *r.patterns);
+    r.match = pcre2_match_data_create(1, NULL);
+    if (r.patterns == NULL || r.match == NULL) {
+        PyErr_NoMemory();
+        goto release;
+    }
+#endif
     if (r.counts == NULL || r.last == NULL || parts == NULL || r.verifiers == NULL || r.confirmers == NULL) {
         PyErr_NoMemory();
         goto release;
     }
     if (verifier_list != Py_None) {
         if (!PyList_Check(verifier_list) || PyList_GET_SIZE(verifier_list) > (Py_ssize_t)signatures) {
-            PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database, callable or None, by signature id");
+            PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database, Pattern, callable or None, by signature id");
             goto release;
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(verifier_list); i++) {
             PyObject *item = PyList_GET_ITEM(verifier_list, i);
             if (item == Py_None)
                 continue;
+#ifdef HAVE_PCRE2
+            if (PyObject_TypeCheck(item, &PatternType)) {
+                r.patterns[i] = ((PatternObject *)item)->code; /* the list holds it for the call */
+                continue;
+            }
+#endif
             if (!PyObject_TypeCheck(item, &DatabaseType) && PyCallable_Check(item)) {
                 Py_INCREF(item); /* held while the GIL is let go */
                 r.confirmers[i] = item;
                 continue;
             }
             if (!PyObject_TypeCheck(item, &DatabaseType)) {
-                PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database, callable or None, by signature id");
+                PyErr_SetString(PyExc_TypeError, "verifiers must be a list of Database, Pattern, callable or None, by signature id");
                 goto release;
             }
             r.verifiers[i] = ((DatabaseObject *)item)->db;
@@ -647,8 +759,12 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 int settled = 1;
                 for (size_t k = line->first_hit; k < line->first_hit + line->hits && settled; k++) {
                     unsigned int id = (unsigned int)(hits.v[k] & ID_MASK);
-                    if (id < signatures && settle_hit(&r, id, raw, length) < 0)
+                    int verdict = id < signatures ? settle_hit(&r, id, raw, length) : 0;
+                    if (verdict < 0) {
                         settled = 0;
+                        if (verdict == DEFER)
+                            line->decision = DEFERRED;
+                    }
                 }
                 if (settled) {
                     for (size_t k = line->first_hit; k < line->first_hit + line->hits; k++) {
@@ -732,7 +848,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 while (cursor < piece_hits.n && (size_t)(piece_hits.v[cursor] >> ID_BITS) < last_piece)
                     cursor++;
                 /* Every hit settles, or the whole line goes to Python; then the kept ones are counted. */
-                int settled = 1;
+                int settled = 1, deferred = 0;
                 for (int pass = 0; pass < 2 && settled; pass++) {
                     uint64_t previous = UINT64_MAX;
                     for (size_t k = from; k < cursor; k++) {
@@ -744,13 +860,14 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                         int verdict = settle_hit(&r, (unsigned int)(hit & ID_MASK), buffer + piece->offset, piece->length);
                         if (verdict < 0) {
                             settled = 0;
+                            deferred = verdict == DEFER;
                             break;
                         }
                         if (pass == 1 && verdict == 1)
                             count_hit(&r, (unsigned int)(hit & ID_MASK), line->end);
                     }
                 }
-                line->decision = settled ? DONE : TO_PYTHON;
+                line->decision = settled ? DONE : deferred ? DEFERRED : TO_PYTHON;
             }
         }
     }
@@ -767,13 +884,27 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     {
         PyObject *handed = PyList_New(0);
         PyObject *counted = PyList_New(0);
-        if (handed == NULL || counted == NULL) {
+        PyObject *deferred = PyList_New(0);
+        if (handed == NULL || counted == NULL || deferred == NULL) {
             Py_XDECREF(handed);
             Py_XDECREF(counted);
+            Py_XDECREF(deferred);
             goto release;
         }
         for (size_t l = 0; l < n_lines; l++) {
             line_info *line = &lines[l];
+            if (line->decision == DEFERRED) {
+                PyObject *end = PyLong_FromSsize_t((Py_ssize_t)line->end);
+                if (end == NULL || PyList_Append(deferred, end) < 0) {
+                    Py_XDECREF(end);
+                    Py_DECREF(handed);
+                    Py_DECREF(counted);
+                    Py_DECREF(deferred);
+                    goto release;
+                }
+                Py_DECREF(end);
+                continue;
+            }
             if (line->decision != TO_PYTHON)
                 continue;
             PyObject *line_ids = PyList_New((Py_ssize_t)line->hits);
@@ -782,6 +913,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 Py_XDECREF(item);
                 Py_DECREF(handed);
                 Py_DECREF(counted);
+                Py_DECREF(deferred);
                 goto release;
             }
             for (size_t k = 0; k < line->hits; k++)
@@ -796,11 +928,12 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 Py_XDECREF(item);
                 Py_DECREF(handed);
                 Py_DECREF(counted);
+                Py_DECREF(deferred);
                 goto release;
             }
             Py_DECREF(item);
         }
-        result = Py_BuildValue("(NN)", handed, counted);
+        result = Py_BuildValue("(NNN)", handed, counted, deferred);
     }
 release:
     free(hits.v);
@@ -816,6 +949,10 @@ release:
         for (unsigned int id = 0; id < signatures; id++)
             Py_XDECREF(r.confirmers[id]);
     free(r.confirmers);
+#ifdef HAVE_PCRE2
+    free(r.patterns);
+    pcre2_match_data_free(r.match);
+#endif
     PyBuffer_Release(&chunk);
     PyBuffer_Release(&flag_buffer);
     PyBuffer_Release(&role_buffer);
@@ -826,10 +963,15 @@ static PyMethodDef module_methods[] = {
     {"compile", compile_database, METH_VARARGS, "compile(expressions, flags) -> Database: ids are the expressions' positions."},
     {"loads", load_database, METH_VARARGS, "loads(data) -> Database: a database from Database.dumps()."},
     {"version", library_version, METH_NOARGS, "The Hyperscan library's version."},
+#ifdef HAVE_PCRE2
+    {"pattern", compile_pattern, METH_VARARGS, "pattern(text, caseless) -> Pattern: compiled by PCRE2 (UTF-8); ValueError when PCRE2 refuses it."},
+#endif
     {"classify", classify, METH_VARARGS,
-     "classify(database, scratch, chunk, flags, roles, signatures, literal_markers, config_full, verifiers) -> (lines, counted)\n\n"
+     "classify(database, scratch, chunk, flags, roles, signatures, literal_markers, config_full, verifiers, defer=False)"
+     " -> (lines, counted, deferred)\n\n"
      "lines: (end, ids) of the lines left to the Python path, in line order; counted: (id, hits, end of the last) for "
-     "each signature whose hits were counted here."},
+     "each signature whose hits were counted here; deferred: with defer, the ends of the lines a hit of which needs a "
+     "Python call (no call is made then: the GIL is never taken), to be classified again without it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -840,6 +982,10 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__linescan(void) {
     if (PyType_Ready(&DatabaseType) < 0 || PyType_Ready(&ScratchType) < 0)
         return NULL;
+#ifdef HAVE_PCRE2
+    if (PyType_Ready(&PatternType) < 0)
+        return NULL;
+#endif
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -853,5 +999,9 @@ PyMODINIT_FUNC PyInit__linescan(void) {
     Py_INCREF(&ScratchType);
     PyModule_AddObject(m, "Database", (PyObject *)&DatabaseType);
     PyModule_AddObject(m, "Scratch", (PyObject *)&ScratchType);
+#ifdef HAVE_PCRE2
+    Py_INCREF(&PatternType);
+    PyModule_AddObject(m, "Pattern", (PyObject *)&PatternType);
+#endif
     return m;
 }

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from bisect import bisect_left
 from collections.abc import Sequence
@@ -60,6 +61,11 @@ PREFIXES = (
 )
 
 FORMAT = 3  # bump when what is cached changes meaning
+
+# What LineMatcher.classify returns: the lines left to Python as (end, ids), the hits counted in
+# compiled code as (id, count, end of the last), and the ends of the deferred lines.
+Classified = tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]], list[int]]
+
 _CASELESS, _MULTILINE = 1, 4  # HS_FLAG_CASELESS and HS_FLAG_MULTILINE, the library's own values
 _SUFFIX = r"[^\n]*$"  # report once per line, at its end
 # Lines the translations are not sound for: control characters other than tab (carriage returns are
@@ -115,17 +121,19 @@ class LineMatcher:
         self.role_bytes = bytes(self.roles)
         self._native_verifiers = [None] * len(self.signatures)
 
-    def classify(self, chunk: bytes, flags: bytes, config_full: bool) -> tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]]] | None:
-        """With `_linescan`: the lines of the chunk left to the Python path, as (end, ids), and the
-        hits counted without it, as (id, count, end of the last line); None without it. `flags`: the
-        NATIVE_* bits of scan.py, one byte an id."""
+    def classify(self, chunk: bytes, flags: bytes, config_full: bool, defer: bool = False) -> Classified | None:
+        """With `_linescan`: the lines of the chunk left to the Python path, as (end, ids), the hits
+        counted without it, as (id, count, end of the last line), and the ends of the deferred lines;
+        None without it. `flags`: the NATIVE_* bits of scan.py, one byte an id. With `defer` no Python
+        code runs (the GIL is let go for the whole call, so other threads run meanwhile): a line a hit
+        of which needs a signature's own pattern is deferred, to be classified again without it."""
         if self.native is None:
             return None
         scratch = getattr(self._local, "native", None)
         if scratch is None:
             scratch = self._local.native = self.native.scratch()
-        result: tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]]] = _linescan().classify(
-            self.native, scratch, chunk, flags, self.role_bytes, len(self.signatures), self.literal_markers, config_full, self._native_verifiers
+        result: Classified = _linescan().classify(
+            self.native, scratch, chunk, flags, self.role_bytes, len(self.signatures), self.literal_markers, config_full, self._native_verifiers, defer
         )
         return result
 
@@ -148,7 +156,8 @@ class LineMatcher:
                 if self.native is not None and translation is not None and database is not None:
                     self._native_verifiers[index] = _native_verifier(translation)
                 elif self.native is not None and database is None and not self.exact[index]:
-                    self._native_verifiers[index] = partial(_pattern_confirms, self.signatures[index])
+                    sig = self.signatures[index]
+                    self._native_verifiers[index] = _native_pattern(sig) or partial(_pattern_confirms, sig)
             return self._verifiers[index]
 
     def verify(self, index: int, texts: list[bytes]) -> list[bool] | None:
@@ -216,6 +225,34 @@ def _pattern_confirms(sig: CompiledSignature, text: bytes) -> bool | None:
         return sig.regex.search(text.decode("utf-8"), timeout=REGEX_TIMEOUT) is not None
     except (TimeoutError, UnicodeDecodeError):
         return None
+
+
+# What Python's regex and PCRE2 read differently: `{,n}` (PCRE2 10.42 takes it literally), `\Z`
+# (PCRE2's allows a final newline), POSIX classes, and escapes one of them lacks. Such a signature's
+# hits are confirmed by Python.
+_PCRE2_DIFFERS = re.compile(r"\{,|\\[ZzuUNGAaeQE]|\[\[:|\(\?[auLx]")
+
+
+def _native_pattern(sig: CompiledSignature) -> Any:
+    """For `_linescan` built with PCRE2: the signature's own pattern compiled there, to confirm its
+    hits without Python; None when the module lacks PCRE2, PCRE2 refuses the pattern, it is written
+    in a way the two read differently, or the two disagree on one of the signature's examples."""
+    compile_pattern = getattr(_linescan(), "pattern", None)
+    if compile_pattern is None or _PCRE2_DIFFERS.search(sig.model.pattern):
+        return None
+    try:
+        pattern = compile_pattern(sig.model.pattern, sig.ignore_case)
+    except ValueError:
+        return None
+    lines = [example.line for example in sig.model.examples.match] + list(sig.model.examples.no_match)
+    for line in lines:
+        try:
+            expected = sig.regex.search(line, timeout=REGEX_TIMEOUT) is not None
+        except TimeoutError:
+            return None
+        if pattern.search(line.encode("utf-8")) is not expected:
+            return None
+    return pattern
 
 
 def _native_verifier(translation: Translation) -> Any:

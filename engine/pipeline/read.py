@@ -65,13 +65,14 @@ class _LineCounter(io.RawIOBase):
         return self.newlines
 
 
-def read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:
+def read_source(source: Source, scanner: Scanner, warnings: list[Warning], threads: int = 1) -> tuple[FileScan | None, list[BaseFact]]:
+    """Read one source; a log's chunks are classified in `threads` threads (Scanner.scan)."""
     # Within a diagnosis, slow patterns are counted across all its files; read alone, in this one.
     with patterns_run():
-        return _read_source(source, scanner, warnings)
+        return _read_source(source, scanner, warnings, threads)
 
 
-def _read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> tuple[FileScan | None, list[BaseFact]]:
+def _read_source(source: Source, scanner: Scanner, warnings: list[Warning], threads: int) -> tuple[FileScan | None, list[BaseFact]]:
     try:
         stream = source.open()
     except OSError as exc:
@@ -109,7 +110,7 @@ def _read_source(source: Source, scanner: Scanner, warnings: list[Warning]) -> t
                 else:
                     scan = FileScan(source.display, kind, lines=len(lines))
             else:
-                scan = scanner.scan(source.display, kind, rejoined)
+                scan = scanner.scan(source.display, kind, rejoined, threads)
         except (OSError, EOFError, ValueError) as exc:
             warnings.append(Warning(source.display, f"read stopped early: {exc}"))
             return None, facts
@@ -134,11 +135,12 @@ def read_sources(
     sources: list[Source], kb: KnowledgeBase, scanner: Scanner, jobs: int
 ) -> Iterator[tuple[FileScan | None, list[BaseFact], list[Warning]]]:
     """Read every source, in order; with jobs > 1, in forked worker processes (the GIL would
-    serialise threads), each inheriting the compiled knowledge base."""
+    serialise threads), each inheriting the compiled knowledge base; or, for one source, in this
+    process with `jobs` threads classifying its chunks (compiled code, without the GIL)."""
     if jobs <= 1 or len(sources) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for source in sources:
             notes: list[Warning] = []
-            scan, facts = read_source(source, scanner, notes)
+            scan, facts = read_source(source, scanner, notes, max(1, jobs))
             yield scan, facts, notes
         return
     global _worker_state

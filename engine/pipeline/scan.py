@@ -21,9 +21,10 @@ import gc
 import os
 import re
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -35,11 +36,12 @@ from ..inputs.failures import ParsedFailure, parse_failures
 from ..inputs.normalize import segments, strip_prefixes, timestamp
 from ..kb.knowledge import CompiledSignature, KnowledgeBase
 from ..kb.regexes import REGEX_TIMEOUT, timed_out
-from .matcher import CONFIG, REDRAWN, SLOW, TRIGGER, LineMatcher, build_matcher, native_available
+from .matcher import CONFIG, REDRAWN, SLOW, TRIGGER, Classified, LineMatcher, build_matcher, native_available
 from .redact import CONTEXT, CUT_MARGIN, continued, cut_bytes, mask_key_blocks, redact
 from .redact import cut as cut_text
 
 CHUNK = 1 << 20
+AHEAD = 4  # chunks classified ahead per thread (Scanner.scan with threads): keeps each thread busy
 MAX_LINE = 1 << 20  # longer lines are matched in pieces of this size
 MAX_TEXT = 2000  # evidence text is cut to this many characters
 SAMPLES = 3
@@ -442,7 +444,10 @@ class Scanner:
                 if any(other_text.startswith(text[i:]) for i in range(1, len(text))):
                     self.overlapping.setdefault(literal, []).append((other, other_ci))
 
-    def scan(self, display: str, kind: InputKind, stream: ByteStream) -> FileScan:
+    def scan(self, display: str, kind: InputKind, stream: ByteStream, threads: int = 1) -> FileScan:
+        """Scan one file. With `threads` > 1, the compiled module classifies the chunks ahead of the
+        one being settled, in that many threads (it lets go of the GIL); the chunks are still settled
+        in order, so the result is the same."""
         result = FileScan(display, kind)
         windows = FailureWindows()
         line_no = 0  # number of newlines consumed before the current buffer
@@ -452,34 +457,62 @@ class Scanner:
         streamed = 0
         matcher = self.matcher() if self.aggregate else None
         split = ""  # the end of the previous piece when a long line was split there
-        while True:
-            block = stream.read(CHUNK)
-            if not block:
-                break
-            streamed += len(block)
-            if matcher is None and self.aggregate is None:
-                if streamed >= AGGREGATE_AFTER:
-                    matcher = self.matcher()
-                elif len(block) >= CHUNK:
-                    matcher = self._ready_matcher()  # a file of a chunk or more: from its start if that is free
-            buffer = carry + block
-            cut = buffer.rfind(b"\n") + 1
-            if cut == 0 and len(buffer) > MAX_LINE:
-                cut = len(buffer)  # a line longer than MAX_LINE: match what we have, keep going
-                if not long_line_warned:
-                    result.warnings.append(f"line {line_no + 1} is longer than {MAX_LINE // (1 << 20)} MiB; matched in pieces")
-                    long_line_warned = True
-            chunk, carry = buffer[:cut], buffer[cut:]
-            if chunk:
-                windows.split = (line_no + 1, split) if split else None
-                windows.chunk_start(chunk, line_no)
-                if matcher is not None and not split:
-                    line_no += self._aggregate_chunk(matcher, chunk, line_no, kind, result, windows)
-                else:  # a piece that continues a split line takes the full path, which joins it to its start
-                    line_no += self._scan_chunk(chunk, line_no, kind, result, windows, split)
-                windows.chunk_done(chunk, line_no if chunk.endswith(b"\n") else line_no + 1)
-                split = "" if chunk.endswith(b"\n") else chunk[-CONTEXT:].decode("utf-8", "replace")
-                tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
+        read_split = False  # the same, where the chunks are read: whether the last one read ended mid-line
+        ahead: deque[tuple[bytes, bool, LineMatcher | None, Future[Classified | None] | None]] = deque()
+        pool: ThreadPoolExecutor | None = None
+
+        def settle(chunk: bytes, too_long: bool, aggregated: LineMatcher | None, classified: Future[Classified | None] | None) -> None:
+            nonlocal line_no, split, tail, long_line_warned
+            if too_long and not long_line_warned:
+                result.warnings.append(f"line {line_no + 1} is longer than {MAX_LINE // (1 << 20)} MiB; matched in pieces")
+                long_line_warned = True
+            windows.split = (line_no + 1, split) if split else None
+            windows.chunk_start(chunk, line_no)
+            if aggregated is not None:
+                line_no += self._aggregate_chunk(aggregated, chunk, line_no, kind, result, windows, classified.result() if classified else None)
+            else:  # a piece that continues a split line takes the full path, which joins it to its start
+                line_no += self._scan_chunk(chunk, line_no, kind, result, windows, split)
+            windows.chunk_done(chunk, line_no if chunk.endswith(b"\n") else line_no + 1)
+            split = "" if chunk.endswith(b"\n") else chunk[-CONTEXT:].decode("utf-8", "replace")
+            tail = chunk[-65536:] if len(chunk) >= 65536 else (tail + chunk)[-65536:]
+
+        try:
+            while True:
+                block = stream.read(CHUNK)
+                if not block:
+                    break
+                streamed += len(block)
+                if matcher is None and self.aggregate is None:
+                    if streamed >= AGGREGATE_AFTER:
+                        matcher = self.matcher()
+                    elif len(block) >= CHUNK:
+                        matcher = self._ready_matcher()  # a file of a chunk or more: from its start if that is free
+                buffer = carry + block
+                cut = buffer.rfind(b"\n") + 1
+                too_long = cut == 0 and len(buffer) > MAX_LINE
+                if too_long:
+                    cut = len(buffer)  # a line longer than MAX_LINE: match what we have, keep going
+                chunk, carry = buffer[:cut], buffer[cut:]
+                if not chunk:
+                    continue
+                aggregated = matcher if not read_split else None
+                read_split = not chunk.endswith(b"\n")
+                classified = None
+                if threads > 1 and aggregated is not None and aggregated.native is not None:
+                    if pool is None:
+                        pool = ThreadPoolExecutor(threads, thread_name_prefix="rltriage-scan")
+                    # With the tallies as they are now: a tally that keeps no more records stays so,
+                    # and a hit of one that still might is handed back, so settling later is safe.
+                    flags = self._native_flags(aggregated, kind, result.tallies)
+                    classified = pool.submit(aggregated.classify, chunk, flags, len(result.config) >= MAX_CONFIG, True)
+                ahead.append((chunk, too_long, aggregated, classified))
+                while len(ahead) > (AHEAD * threads if pool is not None else 0):
+                    settle(*ahead.popleft())
+            while ahead:
+                settle(*ahead.popleft())
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
         if carry:
             windows.split = (line_no + 1, split) if split else None
             windows.chunk_start(carry, line_no)
@@ -548,7 +581,14 @@ class Scanner:
             return self._matcher
 
     def _aggregate_chunk(
-        self, matcher: LineMatcher, chunk: bytes, base_line: int, kind: InputKind, result: FileScan, windows: FailureWindows
+        self,
+        matcher: LineMatcher,
+        chunk: bytes,
+        base_line: int,
+        kind: InputKind,
+        result: FileScan,
+        windows: FailureWindows,
+        classified: Classified | None = None,
     ) -> int:
         """The aggregated path over one chunk; returns the chunk's number of newlines.
 
@@ -563,11 +603,14 @@ class Scanner:
            is made into its record when the chunk is done.
         """
         size = len(chunk)
-        settled = matcher.classify(chunk, self._native_flags(matcher, kind, result.tallies), len(result.config) >= MAX_CONFIG)
+        if classified is None:  # else classified ahead, in a thread (Scanner.scan)
+            classified = matcher.classify(chunk, self._native_flags(matcher, kind, result.tallies), len(result.config) >= MAX_CONFIG)
         counted: list[tuple[int, int, int]] = []
         lines: Iterable[tuple[int, list[int]]]
-        if settled is not None:
-            lines, counted = settled  # the lines settled in compiled code are only counted there
+        if classified is not None:
+            lines, counted, deferred = classified  # the lines settled in compiled code are only counted there
+            if deferred:
+                lines, counted = self._classify_deferred(matcher, chunk, lines, counted, deferred, kind, result)
         else:
             lines = self._lines_hit(matcher, chunk)
         roles = matcher.roles
@@ -664,6 +707,38 @@ class Scanner:
             counted_to = start
             self._resolve_pending(chunk, start, base_line + newlines + 1, tally)
         return newlines + chunk.count(b"\n", counted_to)
+
+    def _classify_deferred(
+        self,
+        matcher: LineMatcher,
+        chunk: bytes,
+        lines: list[tuple[int, list[int]]],
+        counted: list[tuple[int, int, int]],
+        deferred: list[int],
+        kind: InputKind,
+        result: FileScan,
+    ) -> tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]]]:
+        """The lines a thread's classify deferred (a hit needs its signature's own pattern, a Python
+        call), classified again here, where the call may be made: on their own, one after the other,
+        and what comes back put where the lines are in the chunk. A line is classified by what is on
+        it alone, so the answer is the one a single call over the chunk gives."""
+        starts = [chunk.rfind(b"\n", 0, end) + 1 for end in deferred]
+        offsets: list[int] = []  # where each line starts in `text`
+        at = 0
+        for start, end in zip(starts, deferred, strict=True):
+            offsets.append(at)
+            at += end - start + 1
+        text = b"\n".join(chunk[start:end] for start, end in zip(starts, deferred, strict=True))
+        again = matcher.classify(text, self._native_flags(matcher, kind, result.tallies), len(result.config) >= MAX_CONFIG)
+        assert again is not None  # the first call was made with the same module
+        handed, more, _none = again
+
+        def in_chunk(end: int) -> int:
+            line = bisect_right(offsets, end) - 1
+            return starts[line] + end - offsets[line]
+
+        lines = sorted([*lines, *((in_chunk(end), ids) for end, ids in handed)], key=lambda line: line[0])
+        return lines, [*counted, *((index, count, in_chunk(last)) for index, count, last in more)]
 
     @staticmethod
     def _lines_hit(matcher: LineMatcher, chunk: bytes) -> Iterator[tuple[int, list[int]]]:

@@ -13,6 +13,7 @@ import io
 import os
 import random
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 import rltriage
 from rltriage import KnowledgeBase
 from rltriage.base.vocabulary import InputKind
-from rltriage.pipeline.matcher import native_available
+from rltriage.pipeline.matcher import _LINESCAN, _PCRE2_DIFFERS, _native_pattern, _pattern_confirms, native_available
 from rltriage.pipeline.render import render_report
 from rltriage.pipeline.run import analyse
 from rltriage.pipeline.scan import CHUNK, SAMPLES, FileScan, Scanner, config_keys
@@ -85,11 +86,15 @@ def assert_same_scan(scanners: tuple[Scanner, Scanner], data: bytes, kind: Input
             for key in sorted(set(expected[field]) | set(actual[field])):
                 assert actual[field].get(key) == expected[field].get(key), f"tally {key!r}"
         assert actual[field] == expected[field], field
+    matcher = aggregated.matcher()
+    if matcher is not None and matcher.native is not None:
+        # Chunks classified ahead in threads (deferring what needs Python) are settled to the same.
+        assert summary(aggregated.scan("run.log", kind, io.BytesIO(data), threads=2)) == actual
     return got
 
 
-def report_of(paths: list[str], kb: KnowledgeBase) -> tuple[list[Any], str]:
-    analysis = analyse(paths, kb=kb)
+def report_of(paths: list[str], kb: KnowledgeBase, jobs: int = 1) -> tuple[list[Any], str]:
+    analysis = analyse(paths, kb=kb, jobs=jobs)
     facts = [(f.type, repr(sorted(f.fields.items(), key=lambda item: item[0])), f.evidence) for f in analysis.facts]  # repr: nan != nan
     return facts, render_report(kb, analysis.diagnosis, "json")
 
@@ -200,6 +205,7 @@ def test_the_bench_logs_give_the_same_facts_and_report(kb: KnowledgeBase, scanne
         expected = report_of([str(log)], kb)
         monkeypatch.setenv("RLTRIAGE_SCAN", "aggregate")
         assert report_of([str(log)], kb) == expected
+        assert report_of([str(log)], kb, jobs=2) == expected  # one file: its chunks classified in two threads
 
 
 POOL: list[str] = []
@@ -274,8 +280,67 @@ def test_signatures_no_database_states_are_confirmed_by_their_pattern_in_the_com
         aggregated = scanners[1]
         matcher = aggregated.matcher()
         flags = aggregated._native_flags(matcher, InputKind.driver_log, scan.tallies)
-        handed, counted = matcher.classify(data, flags, False)
-        assert handed == []
+        handed, counted, deferred = matcher.classify(data, flags, False)
+        assert handed == [] and deferred == []
         by_name = {matcher.names[index]: count for index, count, _last in counted}
         assert by_name["vllm.processed_prompts_done"] == 3 * 400
         assert by_name["vllm.processed_prompts_last_few"] == 2 * 400
+        bars = [matcher.names.index("vllm.processed_prompts_done"), matcher.names.index("vllm.processed_prompts_last_few")]
+        if _LINESCAN is not None and hasattr(_LINESCAN, "pattern"):
+            # Built with PCRE2, the module confirms them itself: a thread's call (no Python) defers nothing.
+            assert all(type(matcher._native_verifiers[index]).__name__ == "Pattern" for index in bars)
+            assert matcher.classify(data, flags, False, True) == ([], counted, [])
+        # Between the bars, lines with nothing a signature wants: the deferred lines are not the chunk's.
+        mixed = ("\n".join(f"{line}\nworker {number} is still warming up" for number, line in enumerate(lines)) + "\n").encode("utf-8")
+        saved = list(matcher._native_verifiers)
+        try:
+            for index in bars:  # as without PCRE2: the confirmation is a Python call
+                matcher._native_verifiers[index] = partial(_pattern_confirms, matcher.signatures[index])
+            handed, counted, deferred = matcher.classify(mixed, flags, False)
+            assert handed == [] and deferred == [] and {index for index, _count, _last in counted} >= set(bars)
+            # Told not to call Python (a thread's call), it defers every bar's line instead ...
+            handed, counted_ahead, deferred = matcher.classify(mixed, flags, False, True)
+            assert handed == [] and len(deferred) == len(lines)
+            assert not set(bars) & {index for index, _count, _last in counted_ahead}
+            # ... and classified again on their own, they come to what one call over the chunk counts.
+            result = FileScan("run.log", InputKind.driver_log)
+            result.tallies.update(scan.tallies)
+            again_lines, again_counted = aggregated._classify_deferred(matcher, mixed, [], counted_ahead, deferred, InputKind.driver_log, result)
+        finally:
+            matcher._native_verifiers[:] = saved
+        assert again_lines == []
+        totals: dict[int, list[int]] = {}
+        for index, count, last in again_counted:
+            total = totals.setdefault(index, [0, 0])
+            total[0] += count
+            total[1] = max(total[1], last)
+        assert sorted((index, count, last) for index, (count, last) in totals.items()) == sorted(counted)
+
+
+def test_pcre2_confirms_what_python_confirms_on_every_example_line_of_the_knowledge_base(kb: KnowledgeBase, scanners: Any, native: str) -> None:
+    # A signature Hyperscan cannot state is confirmed by PCRE2 only where the two agree on its own
+    # examples; here each such pattern is tried on every example line of every signature as well.
+    if native != "compiled" or not hasattr(_LINESCAN, "pattern"):
+        pytest.skip("the compiled module is not built with PCRE2")
+    matcher = scanners[1].matcher()
+    lines = sorted({example.line for sig in kb.signatures.values() for example in sig.model.examples.match} | {line for sig in kb.signatures.values() for line in sig.model.examples.no_match})
+    checked = 0
+    for sig in matcher.signatures:
+        pattern = _native_pattern(sig)
+        if pattern is None:
+            continue
+        checked += 1
+        for line in lines:
+            assert pattern.search(line.encode("utf-8")) is (sig.regex.search(line) is not None), (sig.id, line)
+    assert checked >= 10  # the vLLM bars, the checkpoint shards bar, the metric NaN, ...
+
+
+def test_patterns_pcre2_reads_otherwise_are_confirmed_by_python() -> None:
+    if _LINESCAN is None or not hasattr(_LINESCAN, "pattern"):
+        pytest.skip("the compiled module is not built with PCRE2")
+    # PCRE2 10.42 reads `{,3}` as text where Python's regex reads a repeat: such a pattern stays Python's.
+    assert _LINESCAN.pattern(r"ab{,3}c", False).search(b"abbc") is not True
+    assert _PCRE2_DIFFERS.search(r"ab{,3}c") and _PCRE2_DIFFERS.search(r"end\Z") and _PCRE2_DIFFERS.search(r"(?a)\w+")
+    assert not _PCRE2_DIFFERS.search(r"(?P<total>\d+)/(?P=total)\b(?!\s*$)")
+    with pytest.raises(ValueError, match="PCRE2 refuses"):
+        _LINESCAN.pattern(r"(?<=a+)b", False)  # a lookbehind of no fixed length: Python's regex takes it
