@@ -36,12 +36,13 @@ class Store:
         self.colliding: dict[tuple[Any, ...], Fact] = {}
         self.indexed = indexed
         self.index: dict[tuple[str, str, Any], list[Fact]] = defaultdict(list)
-        # Fact ids beside each list, kept sorted by construction, for bisecting a semi-naive range.
-        self.ids: dict[int, list[int]] = {}
         self.derived_text = 0  # characters of text in derived facts, against DERIVED_BUDGET
         # Per negated pattern: how many facts of its type were looked at, and those that pass its
         # literal checks, by the value its first equality join wants (see `blocker`).
         self.negated: dict[int, tuple[list[int], dict[Any, list[Fact]]]] = {}
+        # Per positive pattern: how many facts of its pool were looked at, those that pass its
+        # literal checks and their ids, and the pool's identity (see `candidates`).
+        self.passing: dict[int, tuple[list[int], list[Fact], list[int], list[int]]] = {}
 
     def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Cited, ...]) -> Fact | None:
         key = fact_key(type_, fields)
@@ -62,25 +63,20 @@ class Store:
         # asserted): a folder of 100,000 files asserts as many input facts.
         fact = Fact(len(self.facts), type_, fields if type(fields) is dict or isinstance(fields, TableFields) else dict(fields), evidence)
         self.facts.append(fact)
-        self._append(self.by_type[type_], fact)
+        self.by_type[type_].append(fact)
         if digest in self.keys:
             self.colliding[key] = fact
         else:
             self.keys[digest] = fact
         for name in self.indexed.get(type_, ()):
             if name in fact.fields:
-                self._append(self.index[(type_, name, equality_key(fact.fields[name]))], fact)
+                self.index[(type_, name, equality_key(fact.fields[name]))].append(fact)
         return fact
 
-    def _append(self, facts: list[Fact], fact: Fact) -> None:
-        facts.append(fact)
-        self.ids.setdefault(id(facts), []).append(fact.id)
-
-    def _ids(self, facts: list[Fact]) -> list[int]:
-        return self.ids.get(id(facts)) or [f.id for f in facts]
-
     def candidates(self, pattern: CompiledPattern, low: int, high: int) -> list[Fact]:
-        """Facts with ids in [low, high) that pass the pattern's literal checks."""
+        """Facts with ids in [low, high) that pass the pattern's literal checks. The semi-naive loop
+        asks again for the older facts at every round: the facts of a pool that pass are kept, as
+        the pool grows, so each fact is checked once."""
         pool: list[Fact] | None = None
         for check in pattern.literal_checks:
             if check.field in self.indexed.get(pattern.type, ()):
@@ -92,12 +88,25 @@ class Store:
                     for value in check.value:
                         merged.extend(self.index.get((pattern.type, check.field, equality_key(value)), []))
                     pool = sorted({f.id: f for f in merged}.values(), key=lambda f: f.id)
-                    break
+                    ids = [f.id for f in pool]
+                    start, stop = bisect.bisect_left(ids, low), bisect.bisect_left(ids, high)
+                    return [f for f in pool[start:stop] if literal_match(pattern, f)]
         if pool is None:
             pool = self.by_type.get(pattern.type, [])
-        ids = self._ids(pool)
-        start, stop = bisect.bisect_left(ids, low), bisect.bisect_left(ids, high)
-        return [f for f in pool[start:stop] if literal_match(pattern, f)]
+        if not pool:
+            return []
+        seen, passing, passing_ids, of_pool = self.passing.setdefault(id(pattern), ([0], [], [], [id(pool)]))
+        if of_pool[0] != id(pool):  # cannot happen once a pool exists (pools only grow); said, not assumed
+            seen[0], of_pool[0] = 0, id(pool)
+            passing.clear()
+            passing_ids.clear()
+        for fact in pool[seen[0] :]:
+            if literal_match(pattern, fact):
+                passing.append(fact)
+                passing_ids.append(fact.id)
+        seen[0] = len(pool)
+        start, stop = bisect.bisect_left(passing_ids, low), bisect.bisect_left(passing_ids, high)
+        return passing[start:stop]
 
     def blocker(self, pattern: CompiledPattern, bindings: Mapping[str, Fact]) -> Fact | None:
         """A fact that blocks the negated pattern under these bindings, as `negation_blocker` finds
@@ -205,13 +214,22 @@ def chain(program: Program, store: Store, facts: Iterable[BaseFact], budget: int
                 if fixed and repeats[rule.id] >= MAX_CONCLUDING_FIRINGS:
                     continue
                 tuples = _join(store, rule, delta_start, delta_end) if fixed else list(_join(store, rule, delta_start, delta_end))
+                # A negated pattern that names no bound fact blocks every tuple alike, and its type is
+                # complete in this stratum: checked at the first tuple, not at each (a rule joining
+                # every rank's hit with every other rank's has tens of thousands).
+                unbound = [n for n in rule.negatives if not n.ref_checks]
+                bound_negatives = [n for n in rule.negatives if n.ref_checks] if unbound else rule.negatives
                 for bound in tuples:
                     ids = tuple(fact.id for _pattern, fact in bound.values())
                     key = (rule.id, ids)
                     if key in fired_keys or not refs_hold(bound):
                         continue
+                    if unbound:
+                        if any(store.blocker(n, {}) for n in unbound):
+                            break  # every tuple of the rule is blocked
+                        unbound = []
                     bindings = {alias: fact for alias, (_p, fact) in bound.items()}
-                    if any(store.blocker(n, bindings) for n in rule.negatives):
+                    if any(store.blocker(n, bindings) for n in bound_negatives):
                         continue
                     if not tests_pass(rule, bindings)[0]:
                         continue
