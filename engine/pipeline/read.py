@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -131,6 +132,16 @@ def _read_in_worker(index: int) -> tuple[FileScan | None, list[BaseFact], list[W
     return scan, facts, notes
 
 
+def _threads(jobs: int) -> int:
+    """Threads for one log's chunks: as asked, but no more than the CPUs this process may use (more
+    only hold more chunks in memory)."""
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 1
+    return max(1, min(jobs, usable))
+
+
 def read_sources(
     sources: list[Source], kb: KnowledgeBase, scanner: Scanner, jobs: int
 ) -> Iterator[tuple[FileScan | None, list[BaseFact], list[Warning]]]:
@@ -140,7 +151,7 @@ def read_sources(
     if jobs <= 1 or len(sources) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         for source in sources:
             notes: list[Warning] = []
-            scan, facts = read_source(source, scanner, notes, max(1, jobs))
+            scan, facts = read_source(source, scanner, notes, _threads(jobs))
             yield scan, facts, notes
         return
     global _worker_state
