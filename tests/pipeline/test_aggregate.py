@@ -5,7 +5,8 @@ generated logs built to exercise what the aggregated path treats specially.
 
 Every test runs twice: with the compiled module `_linescan` settling the lines it can, and with the
 aggregated path in Python alone. Without the module the first run skips, unless
-RLTRIAGE_REQUIRE_NATIVE=1 (CI) makes that a failure."""
+RLTRIAGE_REQUIRE_NATIVE=1 (CI, where the library is installed) makes that a failure; the same for
+the module's PCRE2 part and RLTRIAGE_REQUIRE_PCRE2=1."""
 
 from __future__ import annotations
 
@@ -317,11 +318,19 @@ def test_signatures_no_database_states_are_confirmed_by_their_pattern_in_the_com
         assert sorted((index, count, last) for index, (count, last) in totals.items()) == sorted(counted)
 
 
+def _require_pcre2() -> None:
+    if _LINESCAN is None or not hasattr(_LINESCAN, "pattern"):
+        if os.environ.get("RLTRIAGE_REQUIRE_PCRE2") == "1":
+            pytest.fail("RLTRIAGE_REQUIRE_PCRE2=1 but rltriage.pipeline._linescan is built without PCRE2 (apt-get install libpcre2-dev, then reinstall)")
+        pytest.skip("the compiled module is not built with PCRE2")
+
+
 def test_pcre2_confirms_what_python_confirms_on_every_example_line_of_the_knowledge_base(kb: KnowledgeBase, scanners: Any, native: str) -> None:
     # A signature Hyperscan cannot state is confirmed by PCRE2 only where the two agree on its own
     # examples; here each such pattern is tried on every example line of every signature as well.
-    if native != "compiled" or not hasattr(_LINESCAN, "pattern"):
-        pytest.skip("the compiled module is not built with PCRE2")
+    if native != "compiled":
+        pytest.skip("the Python path confirms with Python")
+    _require_pcre2()
     matcher = scanners[1].matcher()
     lines = sorted({example.line for sig in kb.signatures.values() for example in sig.model.examples.match} | {line for sig in kb.signatures.values() for line in sig.model.examples.no_match})
     checked = 0
@@ -336,8 +345,7 @@ def test_pcre2_confirms_what_python_confirms_on_every_example_line_of_the_knowle
 
 
 def test_patterns_pcre2_reads_otherwise_are_confirmed_by_python() -> None:
-    if _LINESCAN is None or not hasattr(_LINESCAN, "pattern"):
-        pytest.skip("the compiled module is not built with PCRE2")
+    _require_pcre2()
     # PCRE2 10.42 reads `{,3}` as text where Python's regex reads a repeat: such a pattern stays Python's.
     assert _LINESCAN.pattern(r"ab{,3}c", False).search(b"abbc") is not True
     assert _PCRE2_DIFFERS.search(r"ab{,3}c") and _PCRE2_DIFFERS.search(r"end\Z") and _PCRE2_DIFFERS.search(r"(?a)\w+")
