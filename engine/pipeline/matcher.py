@@ -227,10 +227,11 @@ def _pattern_confirms(sig: CompiledSignature, text: bytes) -> bool | None:
         return None
 
 
-# What Python's regex and PCRE2 read differently: `{,n}` (PCRE2 10.42 takes it literally), `\Z`
-# (PCRE2's allows a final newline), POSIX classes, and escapes one of them lacks. Such a signature's
-# hits are confirmed by Python.
-_PCRE2_DIFFERS = re.compile(r"\{,|\\[ZzuUNGAaeQE]|\[\[:|\(\?[auLx]")
+# What Python's regex and PCRE2 read differently: a brace that is not a plain `{n}`, `{n,}` or
+# `{n,m}` (PCRE2 10.42 takes `{,n}` as text, the regex module's fuzzy `{e<=1}` too), `\Z` (PCRE2's
+# allows a final newline), POSIX classes, and escapes one of them lacks. Such a signature's hits are
+# confirmed by Python.
+_PCRE2_DIFFERS = re.compile(r"(?<!\\)\{(?!\d+(?:,\d*)?\})|\\[ZzuUNGAaeQE]|\[\[:|\(\?[auLx]")
 
 
 def _native_pattern(sig: CompiledSignature) -> Any:
