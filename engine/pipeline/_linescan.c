@@ -11,6 +11,10 @@
  * settled here is only counted (per signature: how many hits, and where the last one ends), so the
  * facts do not change: the equivalence tests compare this path with the full path.
  *
+ * A call told to `defer` makes no Python call at all, so it can run in a thread while Python settles
+ * an earlier chunk (Scanner.scan with threads): a line whose hit only Python can confirm is handed
+ * back as deferred. Built with PCRE2, the module confirms most such hits itself.
+ *
  * The rules here mirror scan.py (_may_have_prefix, _RAY_PID_PREFIX, _kept_redraws, _is_redraw,
  * _sort_line, _confirm, _count_hits); a change there must be made here too, and the equivalence
  * tests run both.
@@ -511,8 +515,10 @@ static int on_verified(unsigned int id, unsigned long long from, unsigned long l
 }
 
 /* Whether an inexact translation's hit on this text is the signature's: 1, confirmed; 0, not;
- * -1, the line goes to Python; DEFER, it needs a Python call and r->defer forbids one. As _confirm decides: the exact translation of a widened one (as
- * LineMatcher.verify), else the signature's own pattern, a Python call made with the GIL taken back. */
+ * -1, the line goes to Python; DEFER, it needs a Python call and r->defer forbids one. As _confirm
+ * decides: the exact translation of a widened one (as LineMatcher.verify), else the signature's own
+ * pattern, by PCRE2 where matcher.py handed it over, else by a Python call made with the GIL taken
+ * back. */
 static int confirm_hit(rules *r, unsigned int id, const unsigned char *text, size_t length) {
     for (size_t m = 0; m < r->memos; m++)
         if (r->memo[m].id == id && r->memo[m].text == text && r->memo[m].length == length)
