@@ -39,22 +39,14 @@ class build_py_with_kb(build_py):
 
 def linescan() -> list[Extension]:
     """The compiled module, when the Hyperscan library is there to build it against."""
-    try:
-        found = subprocess.run(["pkg-config", "--cflags-only-I", "--libs-only-L", "libhs"], capture_output=True, text=True, check=False)
-    except OSError:
-        found = None
-    if found is not None and found.returncode == 0:
-        flags = found.stdout.split()
-        include = [flag[2:] for flag in flags if flag.startswith("-I")]
-        library = [flag[2:] for flag in flags if flag.startswith("-L")]
-    else:
-        include = [folder for folder in ("/usr/include/hs", "/usr/local/include/hs") if Path(folder, "hs.h").is_file()][:1]
-        library = []
-        if not include:
-            print("rltriage: the Hyperscan library's headers were not found; building without the compiled scanner")
-            return []
+    found = _located("libhs", "hs.h", ("/usr/include/hs", "/usr/local/include/hs"))
+    if found is None:
+        print("rltriage: the Hyperscan library's headers were not found; building without the compiled scanner")
+        return []
+    include, library = found
     libraries, macros = ["hs"], []
-    pcre2 = _pcre2()
+    # PCRE2 confirms the hits of the signatures Hyperscan cannot state (a backreference, a lookahead).
+    pcre2 = _located("libpcre2-8", "pcre2.h", ("/usr/include", "/usr/local/include"))
     if pcre2 is not None:
         include += pcre2[0]
         library += pcre2[1]
@@ -74,18 +66,19 @@ def linescan() -> list[Extension]:
     ]
 
 
-def _pcre2() -> tuple[list[str], list[str]] | None:
-    """Where PCRE2 (8-bit) is, for the compiled module's confirmation of the signatures Hyperscan
-    cannot state (a backreference, a lookahead): include and library folders; None without it."""
+def _located(package: str, header: str, folders: tuple[str, ...]) -> tuple[list[str], list[str]] | None:
+    """The include and library folders of a C library: pkg-config's, else the first of `folders`
+    that holds its `header`; None when neither finds it."""
     try:
-        found = subprocess.run(["pkg-config", "--cflags-only-I", "--libs-only-L", "libpcre2-8"], capture_output=True, text=True, check=False)
+        found = subprocess.run(["pkg-config", "--cflags-only-I", "--libs-only-L", package], capture_output=True, text=True, check=False)
     except OSError:
         found = None
     if found is not None and found.returncode == 0:
         flags = found.stdout.split()
         return [flag[2:] for flag in flags if flag.startswith("-I")], [flag[2:] for flag in flags if flag.startswith("-L")]
-    if any(Path(folder, "pcre2.h").is_file() for folder in ("/usr/include", "/usr/local/include")):
-        return [], []
+    for folder in folders:
+        if Path(folder, header).is_file():
+            return [folder], []
     return None
 
 
