@@ -37,12 +37,11 @@ class Store:
         self.indexed = indexed
         self.index: dict[tuple[str, str, Any], list[Fact]] = defaultdict(list)
         self.derived_text = 0  # characters of text in derived facts, against DERIVED_BUDGET
-        # Per negated pattern: how many facts of its type were looked at, and those that pass its
-        # literal checks, by the value its first equality join wants (see `blocker`).
+        # Per pattern: the facts of its pool that pass its literal checks (see `_passing`).
+        self.passing: dict[int, _Passing] = {}
+        # Per negated pattern: how many of those were filed, by the value its first equality join
+        # wants (see `blocker`).
         self.negated: dict[int, tuple[list[int], dict[Any, list[Fact]]]] = {}
-        # Per positive pattern: how many facts of its pool were looked at, those that pass its
-        # literal checks and their ids, and the pool's identity (see `candidates`).
-        self.passing: dict[int, tuple[list[int], list[Fact], list[int], list[int]]] = {}
 
     def add(self, type_: str, fields: Mapping[str, Any], evidence: tuple[Cited, ...]) -> Fact | None:
         key = fact_key(type_, fields)
@@ -74,9 +73,7 @@ class Store:
         return fact
 
     def candidates(self, pattern: CompiledPattern, low: int, high: int) -> list[Fact]:
-        """Facts with ids in [low, high) that pass the pattern's literal checks. The semi-naive loop
-        asks again for the older facts at every round: the facts of a pool that pass are kept, as
-        the pool grows, so each fact is checked once."""
+        """Facts with ids in [low, high) that pass the pattern's literal checks."""
         pool: list[Fact] | None = None
         for check in pattern.literal_checks:
             if check.field in self.indexed.get(pattern.type, ()):
@@ -93,20 +90,17 @@ class Store:
                     return [f for f in pool[start:stop] if literal_match(pattern, f)]
         if pool is None:
             pool = self.by_type.get(pattern.type, [])
-        if not pool:
-            return []
-        seen, passing, passing_ids, of_pool = self.passing.setdefault(id(pattern), ([0], [], [], [id(pool)]))
-        if of_pool[0] != id(pool):  # cannot happen once a pool exists (pools only grow); said, not assumed
-            seen[0], of_pool[0] = 0, id(pool)
-            passing.clear()
-            passing_ids.clear()
-        for fact in pool[seen[0] :]:
-            if literal_match(pattern, fact):
-                passing.append(fact)
-                passing_ids.append(fact.id)
-        seen[0] = len(pool)
-        start, stop = bisect.bisect_left(passing_ids, low), bisect.bisect_left(passing_ids, high)
-        return passing[start:stop]
+        passing = self._passing(pattern, pool)
+        start, stop = bisect.bisect_left(passing.ids, low), bisect.bisect_left(passing.ids, high)
+        return passing.facts[start:stop]
+
+    def _passing(self, pattern: CompiledPattern, pool: list[Fact]) -> _Passing:
+        """The facts of the pool that pass the pattern's literal checks, brought up to date."""
+        passing = self.passing.get(id(pattern))
+        if passing is None or passing.pool is not pool:  # a pool only grows, but may not exist yet
+            passing = self.passing[id(pattern)] = _Passing(pool)
+        passing.update(pattern)
+        return passing
 
     def blocker(self, pattern: CompiledPattern, bindings: Mapping[str, Fact]) -> Fact | None:
         """A fact that blocks the negated pattern under these bindings, as `negation_blocker` finds
@@ -116,10 +110,8 @@ class Store:
         checked against the joins. Hundreds of stack dumps each negating the others stay linear."""
         join = next((c for c in pattern.ref_checks if c.op == "eq"), None)
         seen, by_value = self.negated.setdefault(id(pattern), ([0], {}))
-        facts = self.by_type.get(pattern.type, [])
+        facts = self._passing(pattern, self.by_type.get(pattern.type, [])).facts
         for fact in facts[seen[0] :]:
-            if not literal_match(pattern, fact):
-                continue
             if join is None:
                 by_value.setdefault(None, []).append(fact)
             elif join.field in fact.fields:  # without the field an `eq` join never holds
@@ -134,6 +126,27 @@ class Store:
                 return None  # the join cannot hold (refs_complete would say so for every fact)
             pool = by_value.get(equality_key(other.fields[join.ref[1]]), [])
         return next((fact for fact in pool if refs_complete(pattern, fact, bindings)), None)
+
+
+class _Passing:
+    """The facts of one pool (a list the store only appends to) that pass a pattern's literal
+    checks, and their ids, kept as the pool grows: each fact is checked once, where the semi-naive
+    loop asks for the older facts again at every round."""
+
+    __slots__ = ("facts", "ids", "looked", "pool")
+
+    def __init__(self, pool: list[Fact]) -> None:
+        self.pool = pool
+        self.looked = 0
+        self.facts: list[Fact] = []
+        self.ids: list[int] = []
+
+    def update(self, pattern: CompiledPattern) -> None:
+        for fact in self.pool[self.looked :]:
+            if literal_match(pattern, fact):
+                self.facts.append(fact)
+                self.ids.append(fact.id)
+        self.looked = len(self.pool)
 
 
 Bound = dict[str, tuple[CompiledPattern, Fact]]
