@@ -207,16 +207,28 @@ def chain(program: Program, store: Store, facts: Iterable[BaseFact], budget: int
     per_rule: Counter[str] = Counter()
     chained = 0  # firings against the budget: all but the repeats of a fixed conclusion
     repeats: Counter[str] = Counter()  # repeats of a fixed conclusion, per rule
-    # Per stratum, each rule with the fact types its positive patterns want (looked up once: a long
-    # chain goes round this loop once per new fact).
-    wanted = [[(rule, frozenset(p.type for slot in rule.slots for p in slot)) for rule in stratum] for stratum in program.strata]
+    # Per stratum, each rule with the fact types its positive patterns want, and its negated patterns
+    # split into those that name no bound fact and the others (worked out once: a long chain goes
+    # round this loop once per new fact).
+    wanted = [
+        [
+            (
+                rule,
+                frozenset(p.type for slot in rule.slots for p in slot),
+                tuple(n for n in rule.negatives if not n.ref_checks),
+                tuple(n for n in rule.negatives if n.ref_checks),
+            )
+            for rule in stratum
+        ]
+        for stratum in program.strata
+    ]
     for stratum in wanted:
         delta_start = 0
         delta_end = len(store.facts)
         while delta_start < delta_end:
             # A rule can only find a new tuple if one of its patterns wants a type that is new.
             new_types = {fact.type for fact in store.facts[delta_start:delta_end]}
-            for rule, types in stratum:
+            for rule, types, unbound_negatives, bound_negatives in stratum:
                 if types and types.isdisjoint(new_types):
                     continue
                 # A rule whose conclusion does not depend on its tuple (a weight, citations, or a
@@ -230,8 +242,7 @@ def chain(program: Program, store: Store, facts: Iterable[BaseFact], budget: int
                 # A negated pattern that names no bound fact blocks every tuple alike, and its type is
                 # complete in this stratum: checked at the first tuple, not at each (a rule joining
                 # every rank's hit with every other rank's has tens of thousands).
-                unbound = [n for n in rule.negatives if not n.ref_checks]
-                bound_negatives = [n for n in rule.negatives if n.ref_checks] if unbound else rule.negatives
+                unbound = unbound_negatives
                 for bound in tuples:
                     ids = tuple(fact.id for _pattern, fact in bound.values())
                     key = (rule.id, ids)
@@ -240,7 +251,7 @@ def chain(program: Program, store: Store, facts: Iterable[BaseFact], budget: int
                     if unbound:
                         if any(store.blocker(n, {}) for n in unbound):
                             break  # every tuple of the rule is blocked
-                        unbound = []
+                        unbound = ()
                     bindings = {alias: fact for alias, (_p, fact) in bound.items()}
                     if any(store.blocker(n, bindings) for n in bound_negatives):
                         continue
