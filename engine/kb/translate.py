@@ -44,6 +44,9 @@ class Translation:
     expression: str  # Hyperscan syntax, to compile with HS_FLAG_MULTILINE (and CASELESS when `caseless`)
     exact: bool  # False: the expression may match lines the pattern does not; hits need confirming
     caseless: bool
+    # Where it is inexact only because long bounded repeats were widened: a line of at most this many
+    # bytes that the expression matches, the pattern matches too (0: no such length).
+    within: int = 0
 
 
 class _Refused(Exception):
@@ -143,6 +146,10 @@ class _Translator:
         self.caseless = False
         self.start = "^"  # what stands for the start of the text the pattern is matched on
         self.widest = WIDEST_BOUND
+        # The fewest copies a widened repeat allowed (None: none widened; 0: one whose copy may be
+        # empty). Each other copy takes a byte at least, so on a line of at most that many bytes a
+        # widened repeat takes no more copies than its bound: the widening changes nothing there.
+        self.within: int | None = None
 
     def sequence(self, items: Any, at_start: bool, at_end: bool = False) -> str:
         out: list[str] = []
@@ -212,6 +219,7 @@ class _Translator:
             if name == "POSSESSIVE_REPEAT":
                 self.exact = False
             if high != sre_constants.MAXREPEAT and high - low > self.widest:
+                self.within = 0 if body.getwidth()[0] == 0 or self.within == 0 else min(high, self.within or high)
                 high = sre_constants.MAXREPEAT  # long bounded repeats cost seconds to compile: widened
                 self.exact = False
             bound = f"{{{low},}}" if high == sre_constants.MAXREPEAT else f"{{{low},{high}}}"
@@ -276,7 +284,7 @@ def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = W
     except (_Refused, KeyError):
         return None
     caseless = ignore_case or bool(flags & sre_constants.SRE_FLAG_IGNORECASE)
-    return Translation("(?:" + body + ")" + ("" if translator.ends_line else rest), translator.exact, caseless)
+    return Translation("(?:" + body + ")" + ("" if translator.ends_line else rest), translator.exact, caseless, translator.within or 0)
 
 
 def _following(item: Any, caseless: bool) -> str | None:

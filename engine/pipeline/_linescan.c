@@ -2,7 +2,8 @@
  * against the Hyperscan library itself: the Python binding calls back into Python once per match,
  * which on a log where most lines are signature hits costs more than everything else.
  *
- * classify() scans a chunk with the line matcher's database, groups the matches by line and settles
+ * classify() copies a chunk with its Ray-prefixed and redrawn lines cut into segments (cut_chunk),
+ * scans that once with the line matcher's database, groups the matches by line and settles
  * the lines the aggregated path only counts: every hit is a signature's whose tally keeps no more
  * records, confirmed as it stands, with no failure word, config key or unsound text on the line,
  * after a launcher prefix only when it is Ray's `(name pid=…)`, in carriage-return redraws only
@@ -84,12 +85,23 @@ static int compare_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Hits come nearly sorted (only a literal marker, moved to its line's end, is out of place): an
+ * insertion sort, which gives way to qsort when the data is far from sorted. */
 static void sort_u64(u64vec *a) {
+    size_t moves = 0, limit = 4 * a->n + 64;
     for (size_t i = 1; i < a->n; i++) {
-        if (a->v[i - 1] > a->v[i]) {
-            qsort(a->v, a->n, sizeof *a->v, compare_u64);
-            return;
+        uint64_t x = a->v[i];
+        size_t j = i;
+        while (j > 0 && a->v[j - 1] > x) {
+            a->v[j] = a->v[j - 1];
+            j--;
+            if (++moves > limit) {
+                a->v[j] = x;
+                qsort(a->v, a->n, sizeof *a->v, compare_u64);
+                return;
+            }
         }
+        a->v[j] = x;
     }
 }
 
@@ -101,6 +113,12 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD hs_scratch_t *scratch;
+    /* classify's buffers, kept from one call to the next (a scratch serves one thread at a time):
+     * the chunk as it is scanned, and its hits */
+    unsigned char *text;
+    size_t text_room;
+    uint64_t *hits;
+    size_t hits_room;
 } ScratchObject;
 
 static PyObject *HyperscanError;
@@ -114,6 +132,8 @@ static void database_dealloc(DatabaseObject *self) {
 static void scratch_dealloc(ScratchObject *self) {
     if (self->scratch != NULL)
         hs_free_scratch(self->scratch);
+    free(self->text);
+    free(self->hits);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -134,6 +154,9 @@ static PyObject *database_scratch(DatabaseObject *self, PyObject *Py_UNUSED(igno
     if (out == NULL)
         return NULL;
     out->scratch = NULL;
+    out->text = NULL;
+    out->hits = NULL;
+    out->text_room = out->hits_room = 0;
     if (hs_alloc_scratch(self->db, &out->scratch) != HS_SUCCESS) {
         Py_DECREF(out);
         return PyErr_Format(HyperscanError, "no scratch space for the database");
@@ -461,20 +484,15 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
     return push(c->hits, ((uint64_t)end << ID_BITS) | id) ? 1 : 0;
 }
 
-enum { DONE, TO_PYTHON, WITH_PIECES, DEFERRED };
+enum { DONE, TO_PYTHON, DEFERRED };
 
 #define DEFER (-2) /* a verdict: the hit needs a Python call, and classify was told not to make one */
 
 typedef struct {
-    size_t start, end;
-    size_t first_hit, hits; /* the line's ids: hits.v[first_hit .. first_hit + hits) */
-    size_t first_piece, pieces;
-    int decision;
+    size_t end;             /* in the chunk: where its newline is, or the chunk ends */
+    size_t first_id, n_ids; /* its ids for Python: line_ids.v[first_id .. first_id + n_ids) */
+    int decision;           /* TO_PYTHON or DEFERRED */
 } line_info;
-
-typedef struct {
-    size_t offset, length; /* in the pieces buffer */
-} piece_info;
 
 typedef struct {
     unsigned int id;
@@ -488,6 +506,7 @@ typedef struct {
 typedef struct {
     const unsigned char *flags;
     const unsigned char *roles;
+    const unsigned int *within; /* by signature id: a widened one's hit on a text this long or shorter stands */
     size_t ids;
     unsigned int signatures;
     uint64_t *counts;
@@ -560,7 +579,7 @@ static int settle_hit(rules *r, unsigned int id, const unsigned char *text, size
     unsigned char f = r->flags[id];
     if (((f & F_ANCHORED) || !(f & F_EXACT)) && may_have_prefix(text, length, 0))
         return -1; /* _confirm checks it with the signature's pattern */
-    if (!(f & F_EXACT)) {
+    if (!(f & F_EXACT) && length > r->within[id]) {
         int confirmed = confirm_hit(r, id, text, length);
         if (confirmed <= 0)
             return confirmed; /* not confirmed: the hit is dropped */
@@ -578,72 +597,237 @@ static void count_hit(rules *r, unsigned int id, size_t end) {
         r->last[id] = end;
 }
 
-typedef struct {
-    size_t start, length;
-} span;
+#define MAX_PARTS 4096
 
-/* _kept_redraws: the pieces of a line with carriage returns that normalize.segments keeps. */
-static size_t kept_redraws(const unsigned char *raw, size_t length, span *out, size_t room, int *overflow) {
-    size_t parts = 0, from = 0;
-    *overflow = 0;
+/* ---- the text that is scanned: the chunk, its Ray prefixes and redraws cut apart ----
+ * The full path matches a line's text after a launcher prefix and each redraw normalize.segments
+ * keeps, not the line as written. The chunk is copied into a buffer where such a line is cut into
+ * segments, one a line of the buffer, so the one scan gives each piece's hits: no piece is scanned a
+ * second time. A line's markers are those of all its segments. Every part of a redrawn line is a
+ * segment (no marker spans a carriage return). A Ray prefix is a segment of its own only where no
+ * literal marker can run across its end (matcher.py, `cuttable`); elsewhere the whole line is
+ * scanned for its markers, beside the text after the prefix. A line that cannot be cut as scan.py
+ * cuts it (another prefix after Ray's, too many redraws) is copied whole: Python takes it. */
+
+enum { SEG_MARKS, SEG_PIECE };
+
+typedef struct {
+    size_t start, end; /* in the buffer; end: where its newline is (or the buffer ends) */
+    int kind;          /* SEG_MARKS: only its markers count; SEG_PIECE: its signatures' hits too */
+} segment;
+
+typedef struct {
+    size_t start, end;               /* the line in the chunk (end: its newline, or the chunk's end) */
+    size_t buffer_start, buffer_end; /* its segments in the buffer, from the first's start to the last's end */
+    size_t first_segment, segments;
+    int redrawn;
+} cut_line;
+
+typedef struct {
+    unsigned char *data;
+    size_t length, room;
+    segment *segments;
+    size_t n_segments, segments_room;
+    cut_line *lines;
+    size_t n_lines, lines_room;
+    size_t *whole_prefixed; /* where the lines that may start with a prefix but are not cut end, in the buffer */
+    size_t n_whole_prefixed, whole_prefixed_room;
+    size_t newlines; /* in the chunk */
+} cut_text;
+
+static int append(cut_text *t, const unsigned char *text, size_t length) {
+    if (reserve((void **)&t->data, &t->room, t->length + length + 1, 1))
+        return -1;
+    if (length)
+        memcpy(t->data + t->length, text, length);
+    t->length += length;
+    return 0;
+}
+
+/* One segment and its newline. */
+static int add_segment(cut_text *t, const unsigned char *text, size_t length, int kind) {
+    if (reserve((void **)&t->segments, &t->segments_room, t->n_segments + 1, sizeof *t->segments) || append(t, text, length))
+        return -1;
+    segment *s = &t->segments[t->n_segments++];
+    s->start = t->length - length;
+    s->end = t->length;
+    s->kind = kind;
+    t->data[t->length++] = '\n';
+    return 0;
+}
+
+/* A part with a launcher prefix: the prefix (or, unless cuttable, the whole part) for its markers and
+ * the text after it as a piece; 0 when the prefix is not Ray's alone (strip_prefixes decides). */
+static int add_after_prefix(cut_text *t, const unsigned char *part, size_t length, int cuttable) {
+    size_t cut = ray_prefix(part, length);
+    if (cut == 0 || may_have_prefix(part, length, cut))
+        return 0;
+    if (add_segment(t, part, cuttable ? cut : length, SEG_MARKS) || add_segment(t, part + cut, length - cut, SEG_PIECE))
+        return -1;
+    return 1;
+}
+
+/* The parts of a line with carriage returns, as _kept_redraws keeps them (pieces) or not (markers
+ * only); 0 when none is kept, there are too many, or a kept one cannot be cut. */
+static int add_redraws(cut_text *t, const unsigned char *raw, size_t length, int cuttable) {
+    size_t nonblank = 0, from = 0;
     for (size_t i = 0; i <= length; i++) {
         if (i == length || raw[i] == '\r') {
-            if (!is_blank(raw + from, i - from)) {
-                if (parts == room) {
-                    *overflow = 1;
-                    return 0;
-                }
-                out[parts].start = from;
-                out[parts].length = i - from;
-                parts++;
-            }
+            nonblank += !is_blank(raw + from, i - from);
             from = i + 1;
         }
     }
-    if (parts > 4) {
-        size_t kept = 1;
-        for (size_t i = 1; i + 2 < parts; i++)
-            if (!is_redraw(raw + out[i].start, out[i].length))
-                out[kept++] = out[i];
-        out[kept++] = out[parts - 2];
-        out[kept++] = out[parts - 1];
-        parts = kept;
+    if (nonblank == 0 || nonblank > MAX_PARTS)
+        return 0;
+    size_t ordinal = 0;
+    from = 0;
+    for (size_t i = 0; i <= length; i++) {
+        if (i != length && raw[i] != '\r')
+            continue;
+        const unsigned char *part = raw + from;
+        size_t part_length = i - from;
+        from = i + 1;
+        int kept = 0;
+        if (!is_blank(part, part_length)) {
+            kept = nonblank <= 4 || ordinal == 0 || ordinal + 2 >= nonblank || !is_redraw(part, part_length);
+            ordinal++;
+        }
+        int made;
+        if (!kept)
+            made = part_length ? (add_segment(t, part, part_length, SEG_MARKS) ? -1 : 1) : 1;
+        else if (may_have_prefix(part, part_length, 0))
+            made = add_after_prefix(t, part, part_length, cuttable);
+        else
+            made = add_segment(t, part, part_length, SEG_PIECE) ? -1 : 1;
+        if (made <= 0)
+            return made;
     }
-    return parts;
+    return 1;
 }
 
-#define MAX_PARTS 4096
+/* The chunk copied into t, its Ray-prefixed and redrawn lines cut into segments; -1 when out of memory. */
+static int cut_chunk(cut_text *t, const unsigned char *data, size_t size, int cuttable) {
+    size_t at = 0, copied = 0;
+    const unsigned char *cr = size ? memchr(data, '\r', size) : NULL;
+    while (at < size) {
+        const unsigned char *newline = memchr(data + at, '\n', size - at);
+        size_t end = newline ? (size_t)(newline - data) : size;
+        t->newlines += newline != NULL;
+        int redrawn = cr != NULL && (size_t)(cr - data) < end;
+        if (redrawn || may_have_prefix(data, size, at)) {
+            if (append(t, data + copied, at - copied))
+                return -1;
+            copied = at;
+            size_t length = t->length, first = t->n_segments;
+            int made = redrawn ? add_redraws(t, data + at, end - at, cuttable) : add_after_prefix(t, data + at, end - at, cuttable);
+            if (made < 0)
+                return -1;
+            if (made == 0) {
+                t->length = length; /* the line is copied whole, with the lines after it */
+                t->n_segments = first;
+                if (may_have_prefix(data, size, at)) {
+                    if (reserve((void **)&t->whole_prefixed, &t->whole_prefixed_room, t->n_whole_prefixed + 1, sizeof *t->whole_prefixed))
+                        return -1;
+                    t->whole_prefixed[t->n_whole_prefixed++] = length + (end - at);
+                }
+            } else {
+                if (newline == NULL)
+                    t->length--; /* the chunk's last line has no newline */
+                if (reserve((void **)&t->lines, &t->lines_room, t->n_lines + 1, sizeof *t->lines))
+                    return -1;
+                cut_line *line = &t->lines[t->n_lines++];
+                line->start = at;
+                line->end = end;
+                line->first_segment = first;
+                line->segments = t->n_segments - first;
+                line->buffer_start = t->segments[first].start;
+                line->buffer_end = t->segments[t->n_segments - 1].end;
+                line->redrawn = redrawn;
+                copied = newline ? end + 1 : size;
+            }
+        }
+        if (redrawn)
+            cr = end < size ? memchr(data + end, '\r', size - end) : NULL;
+        if (newline == NULL)
+            break;
+        at = end + 1;
+    }
+    return append(t, data + copied, size - copied);
+}
+
+/* The piece hits of one cut line, (segment << ID_BITS | id) in order: every hit settles, or the
+ * whole line goes to Python; then the confirmed ones are counted, once a signature a piece. */
+static int settle_pieces(rules *r, const cut_text *t, const u64vec *piece_hits, size_t end) {
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t previous = UINT64_MAX;
+        for (size_t k = 0; k < piece_hits->n; k++) {
+            uint64_t hit = piece_hits->v[k];
+            if (hit == previous)
+                continue;
+            previous = hit;
+            const segment *piece = &t->segments[hit >> ID_BITS];
+            unsigned int id = (unsigned int)(hit & ID_MASK);
+            int verdict = settle_hit(r, id, t->data + piece->start, piece->end - piece->start);
+            if (verdict < 0)
+                return verdict == DEFER ? DEFERRED : TO_PYTHON;
+            if (pass == 1 && verdict == 1)
+                count_hit(r, id, end);
+        }
+    }
+    return DONE;
+}
+
+/* A line left to Python (or deferred), with its ids. */
+static int keep_line(line_info **lines, size_t *n_lines, size_t *room, size_t end, size_t first_id, size_t n_ids, int decision) {
+    if (reserve((void **)lines, room, *n_lines + 1, sizeof **lines))
+        return -1;
+    line_info *line = &(*lines)[(*n_lines)++];
+    line->end = end;
+    line->first_id = first_id;
+    line->n_ids = n_ids;
+    line->decision = decision;
+    return 0;
+}
 
 static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     DatabaseObject *database;
     ScratchObject *scratch;
-    Py_buffer chunk, flag_buffer, role_buffer;
+    Py_buffer chunk, flag_buffer, role_buffer, within_buffer;
     unsigned int signatures, literal_markers;
-    int config_full, defer = 0;
+    int config_full, defer = 0, cuttable = 0;
     PyObject *verifier_list;
-    if (!PyArg_ParseTuple(args, "O!O!y*y*y*IIpO|p", &DatabaseType, &database, &ScratchType, &scratch, &chunk, &flag_buffer, &role_buffer, &signatures,
-                          &literal_markers, &config_full, &verifier_list, &defer))
+    if (!PyArg_ParseTuple(args, "O!O!y*y*y*IIpOy*|pp", &DatabaseType, &database, &ScratchType, &scratch, &chunk, &flag_buffer, &role_buffer, &signatures,
+                          &literal_markers, &config_full, &verifier_list, &within_buffer, &defer, &cuttable))
         return NULL;
     PyObject *result = NULL;
     const unsigned char *data = chunk.buf;
     size_t size = (size_t)chunk.len;
     size_t ids = (size_t)flag_buffer.len;
-    u64vec hits = {0}, piece_hits = {0};
+    u64vec hits = {.v = scratch->hits, .cap = scratch->hits_room}, line_ids = {0}, piece_hits = {0};
     line_info *lines = NULL;
-    piece_info *pieces = NULL;
-    unsigned char *buffer = NULL;
-    span *parts = NULL;
-    rules r = {.flags = flag_buffer.buf, .roles = role_buffer.buf, .ids = ids, .signatures = signatures, .scratch = scratch->scratch, .defer = defer};
-    size_t n_lines = 0, n_pieces = 0, buffer_length = 0, buffer_room = 0, pieces_room = 0;
+    cut_text text = {.data = scratch->text, .room = scratch->text_room};
+    rules r = {.flags = flag_buffer.buf, .roles = role_buffer.buf, .within = within_buffer.buf, .ids = ids, .signatures = signatures, .scratch = scratch->scratch, .defer = defer};
+    size_t n_lines = 0, lines_room = 0;
+    unsigned int redrawn_id = (unsigned int)ids; /* the carriage-return marker: Python cuts a redrawn line it is handed */
     int failed = 0; /* 1: out of memory; 2: the scan failed */
 
     if ((size_t)role_buffer.len != ids || signatures > ids || ids > ID_MASK + 1 || literal_markers > ids) {
         PyErr_SetString(PyExc_ValueError, "flags and roles must name every id of the database");
         goto release;
     }
+    if ((size_t)within_buffer.len != signatures * sizeof(unsigned int)) {
+        PyErr_SetString(PyExc_ValueError, "within must hold one unsigned int a signature");
+        goto release;
+    }
+    for (size_t id = signatures; id < ids; id++)
+        if (r.roles[id] & R_REDRAWN)
+            redrawn_id = (unsigned int)id;
+    if (redrawn_id == ids) {
+        PyErr_SetString(PyExc_ValueError, "roles must name the carriage-return marker");
+        goto release;
+    }
     r.counts = calloc(signatures ? signatures : 1, sizeof *r.counts);
     r.last = calloc(signatures ? signatures : 1, sizeof *r.last);
-    parts = malloc(sizeof *parts * MAX_PARTS);
     r.verifiers = calloc(signatures ? signatures : 1, sizeof *r.verifiers);
     r.confirmers = calloc(signatures ? signatures : 1, sizeof *r.confirmers);
 #ifdef HAVE_PCRE2
@@ -654,7 +838,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
         goto release;
     }
 #endif
-    if (r.counts == NULL || r.last == NULL || parts == NULL || r.verifiers == NULL || r.confirmers == NULL) {
+    if (r.counts == NULL || r.last == NULL || r.verifiers == NULL || r.confirmers == NULL) {
         PyErr_NoMemory();
         goto release;
     }
@@ -694,37 +878,72 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
 
     Py_BEGIN_ALLOW_THREADS;
     r.released = &_save;
-    scan_context context = {&hits, (const char *)data, size, literal_markers, (unsigned int)ids};
-    hs_error_t status = hs_scan(database->db, (const char *)data, (unsigned int)size, 0, scratch->scratch, on_match, &context);
-    if (status != HS_SUCCESS)
-        failed = status == HS_SCAN_TERMINATED ? 1 : 2;
+    /* Room for the chunk and a little more (each cut adds a newline or two), grown only if need be. */
+    if (reserve((void **)&text.data, &text.room, size + size / 8 + 1, 1) || cut_chunk(&text, data, size, cuttable))
+        failed = 1;
+    if (!failed && text.length) {
+        scan_context context = {&hits, (const char *)text.data, text.length, literal_markers, (unsigned int)ids};
+        hs_error_t status = hs_scan(database->db, (const char *)text.data, (unsigned int)text.length, 0, scratch->scratch, on_match, &context);
+        if (status != HS_SUCCESS)
+            failed = status == HS_SCAN_TERMINATED ? 1 : 2;
+    }
     if (!failed) {
         sort_u64(&hits);
-        /* Group by line; settle what needs no second scan. */
-        size_t lines_room = 0;
+        /* Group the hits by the buffer's line, and those by the chunk's line; settle what can be.
+         * Only the lines left to Python (or deferred) are kept, in line order. */
+        size_t next_cut = 0;    /* the first cut line that does not end before the hit */
+        size_t next_prefixed = 0; /* the same, of the prefixed lines left whole */
         size_t i = 0;
         while (i < hits.n && !failed) {
-            size_t end = (size_t)(hits.v[i] >> ID_BITS);
-            size_t j = i;
-            while (j < hits.n && (size_t)(hits.v[j] >> ID_BITS) == end)
-                j++;
-            if (reserve((void **)&lines, &lines_room, n_lines + 1, sizeof *lines)) {
-                failed = 1;
-                break;
-            }
-            line_info *line = &lines[n_lines++];
-            const unsigned char *stop = end > 0 ? memrchr(data, '\n', end) : NULL;
-            line->start = stop ? (size_t)(stop - data) + 1 : 0;
-            line->end = end;
-            line->first_hit = i;
-            line->hits = j - i;
-            line->pieces = 0;
-            line->decision = TO_PYTHON;
+            size_t at = (size_t)(hits.v[i] >> ID_BITS);
+            while (next_cut < text.n_lines && text.lines[next_cut].buffer_end < at)
+                next_cut++;
             r.memos = 0;
-            int prefixed = may_have_prefix(data, size, line->start);
+            if (next_cut < text.n_lines && text.lines[next_cut].buffer_start <= at) {
+                /* A cut line: its markers from every segment, its signatures' hits from its pieces. */
+                const cut_line *cut = &text.lines[next_cut];
+                size_t segment = cut->first_segment, first_id = line_ids.n;
+                int marks = 0;
+                piece_hits.n = 0;
+                for (; i < hits.n && (size_t)(hits.v[i] >> ID_BITS) <= cut->buffer_end; i++) {
+                    size_t hit_end = (size_t)(hits.v[i] >> ID_BITS);
+                    unsigned int id = (unsigned int)(hits.v[i] & ID_MASK);
+                    while (text.segments[segment].end < hit_end)
+                        segment++;
+                    if (id >= signatures)
+                        marks |= r.roles[id];
+                    else if (text.segments[segment].kind != SEG_PIECE)
+                        continue; /* a prefix's hit: the full path never matches the prefix itself */
+                    else if (push(&piece_hits, ((uint64_t)segment << ID_BITS) | id)) {
+                        failed = 1;
+                        break;
+                    }
+                    if (push(&line_ids, id)) {
+                        failed = 1;
+                        break;
+                    }
+                }
+                if (cut->redrawn && push(&line_ids, redrawn_id))
+                    failed = 1;
+                int decision = TO_PYTHON;
+                if (!failed && !((marks & R_SLOW) || ((marks & R_CONFIG) && !config_full)))
+                    decision = settle_pieces(&r, &text, &piece_hits, cut->end);
+                if (decision == DONE)
+                    line_ids.n = first_id;
+                else if (!failed && keep_line(&lines, &n_lines, &lines_room, cut->end, first_id, line_ids.n - first_id, decision))
+                    failed = 1;
+                continue;
+            }
+            /* A line as it stands, in the chunk: after a cut line, the buffer is as far from the
+             * chunk as there. */
+            size_t end = next_cut > 0 ? text.lines[next_cut - 1].end + (at - text.lines[next_cut - 1].buffer_end) : at;
+            while (next_prefixed < text.n_whole_prefixed && text.whole_prefixed[next_prefixed] < at)
+                next_prefixed++;
+            int prefixed = next_prefixed < text.n_whole_prefixed && text.whole_prefixed[next_prefixed] == at;
+            size_t first = i;
             int marks = 0, plain = 1, saturated = 1, found = 0;
-            for (size_t k = i; k < j; k++) {
-                unsigned int id = (unsigned int)(hits.v[k] & ID_MASK);
+            for (; i < hits.n && (size_t)(hits.v[i] >> ID_BITS) == at; i++) {
+                unsigned int id = (unsigned int)(hits.v[i] & ID_MASK);
                 unsigned char f = r.flags[id];
                 if (id >= signatures) {
                     marks |= r.roles[id];
@@ -737,144 +956,42 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 if (!(f & F_SATURATED))
                     saturated = 0;
             }
-            i = j;
-            const unsigned char *raw = data + line->start;
-            size_t length = end - line->start;
+            /* What is not a count goes to Python: a tally that still wants records, failure words,
+             * config keys, the prefixed or redrawn lines cut_chunk left whole (with hits). */
+            int decision = TO_PYTHON;
             if (!prefixed && plain) {
                 if (saturated) { /* the common line: counted as it stands */
-                    for (size_t k = line->first_hit; k < line->first_hit + line->hits; k++)
+                    for (size_t k = first; k < i; k++)
                         count_hit(&r, (unsigned int)(hits.v[k] & ID_MASK), end);
-                    line->decision = DONE;
+                    decision = DONE;
                 }
-                continue;
-            }
-            if ((marks & R_SLOW) || ((marks & R_CONFIG) && !config_full))
-                continue; /* the full path */
-            size_t n_parts;
-            if (marks & R_REDRAWN) {
-                int overflow;
-                n_parts = kept_redraws(raw, length, parts, MAX_PARTS, &overflow);
-                if (overflow || n_parts == 0)
-                    continue;
-            } else if (prefixed && found) {
-                parts[0].start = 0;
-                parts[0].length = length;
-                n_parts = 1;
-            } else {
-                /* Hits on the line as it stands (or none at all: nothing to do). */
-                int settled = 1;
-                for (size_t k = line->first_hit; k < line->first_hit + line->hits && settled; k++) {
+            } else if (!(marks & (R_SLOW | R_REDRAWN)) && !((marks & R_CONFIG) && !config_full) && !(prefixed && found)) {
+                /* Hits to confirm or check on the line as it stands, or none at all. */
+                const unsigned char *stop = end > 0 ? memrchr(data, '\n', end) : NULL;
+                const unsigned char *raw = stop ? stop + 1 : data;
+                size_t length = (size_t)(data + end - raw);
+                decision = DONE;
+                for (size_t k = first; k < i && decision == DONE; k++) {
                     unsigned int id = (unsigned int)(hits.v[k] & ID_MASK);
                     int verdict = id < signatures ? settle_hit(&r, id, raw, length) : 0;
-                    if (verdict < 0) {
-                        settled = 0;
-                        if (verdict == DEFER)
-                            line->decision = DEFERRED;
-                    }
+                    if (verdict < 0)
+                        decision = verdict == DEFER ? DEFERRED : TO_PYTHON;
                 }
-                if (settled) {
-                    for (size_t k = line->first_hit; k < line->first_hit + line->hits; k++) {
+                if (decision == DONE) {
+                    for (size_t k = first; k < i; k++) {
                         unsigned int id = (unsigned int)(hits.v[k] & ID_MASK);
                         if (id < signatures && settle_hit(&r, id, raw, length) == 1)
                             count_hit(&r, id, end);
                     }
-                    line->decision = DONE;
                 }
+            }
+            if (decision == DONE)
                 continue;
-            }
-            /* The text after a launcher prefix (Ray's only), for each kept part: matched again below. */
-            int cut_ok = 1;
-            size_t first_piece = n_pieces, buffer_start = buffer_length;
-            for (size_t p = 0; p < n_parts && cut_ok; p++) {
-                const unsigned char *part = raw + parts[p].start;
-                size_t part_length = parts[p].length;
-                if (may_have_prefix(part, part_length, 0)) {
-                    size_t cut = ray_prefix(part, part_length);
-                    if (cut == 0 || may_have_prefix(part, part_length, cut)) {
-                        cut_ok = 0; /* another prefix: strip_prefixes decides */
-                        break;
-                    }
-                    part += cut;
-                    part_length -= cut;
-                }
-                if (reserve((void **)&pieces, &pieces_room, n_pieces + 1, sizeof *pieces) ||
-                    reserve((void **)&buffer, &buffer_room, buffer_length + part_length + 1, 1)) {
-                    failed = 1;
-                    break;
-                }
-                pieces[n_pieces].offset = buffer_length;
-                pieces[n_pieces].length = part_length;
-                memcpy(buffer + buffer_length, part, part_length);
-                buffer_length += part_length;
-                buffer[buffer_length++] = '\n';
-                n_pieces++;
-            }
-            if (!cut_ok || failed) {
-                n_pieces = first_piece; /* the line goes to Python: its pieces are taken back */
-                buffer_length = buffer_start;
-                continue;
-            }
-            line->first_piece = first_piece;
-            line->pieces = n_pieces - first_piece;
-            line->decision = WITH_PIECES;
-        }
-    }
-    if (!failed && n_pieces) {
-        /* The pieces of every line, in one scan (signatures only); then each line's hits, settled or not. */
-        scan_context context2 = {&piece_hits, (const char *)buffer, buffer_length - 1, signatures, signatures};
-        hs_error_t status2 = hs_scan(database->db, (const char *)buffer, (unsigned int)(buffer_length - 1), 0, scratch->scratch, on_match, &context2);
-        if (status2 != HS_SUCCESS)
-            failed = status2 == HS_SCAN_TERMINATED ? 1 : 2;
-        if (!failed) {
-            /* (piece << ID_BITS | id), sorted: equal entries are one signature's on one piece. */
-            for (size_t k = 0; k < piece_hits.n; k++) {
-                size_t end = (size_t)(piece_hits.v[k] >> ID_BITS);
-                /* the first piece whose newline is at or after the end (bisect_left) */
-                size_t low = 0, high = n_pieces;
-                while (low < high) {
-                    size_t middle = (low + high) / 2;
-                    if (pieces[middle].offset + pieces[middle].length < end)
-                        low = middle + 1;
-                    else
-                        high = middle;
-                }
-                piece_hits.v[k] = ((uint64_t)low << ID_BITS) | (piece_hits.v[k] & ID_MASK);
-            }
-            qsort(piece_hits.v, piece_hits.n, sizeof *piece_hits.v, compare_u64);
-            size_t cursor = 0;
-            for (size_t l = 0; l < n_lines; l++) {
-                line_info *line = &lines[l];
-                if (line->decision != WITH_PIECES)
-                    continue;
-                size_t last_piece = line->first_piece + line->pieces;
-                r.memos = 0;
-                while (cursor < piece_hits.n && (size_t)(piece_hits.v[cursor] >> ID_BITS) < line->first_piece)
-                    cursor++;
-                size_t from = cursor;
-                while (cursor < piece_hits.n && (size_t)(piece_hits.v[cursor] >> ID_BITS) < last_piece)
-                    cursor++;
-                /* Every hit settles, or the whole line goes to Python; then the kept ones are counted. */
-                int settled = 1, deferred = 0;
-                for (int pass = 0; pass < 2 && settled; pass++) {
-                    uint64_t previous = UINT64_MAX;
-                    for (size_t k = from; k < cursor; k++) {
-                        uint64_t hit = piece_hits.v[k];
-                        if (hit == previous)
-                            continue; /* a signature counts once per piece */
-                        previous = hit;
-                        const piece_info *piece = &pieces[hit >> ID_BITS];
-                        int verdict = settle_hit(&r, (unsigned int)(hit & ID_MASK), buffer + piece->offset, piece->length);
-                        if (verdict < 0) {
-                            settled = 0;
-                            deferred = verdict == DEFER;
-                            break;
-                        }
-                        if (pass == 1 && verdict == 1)
-                            count_hit(&r, (unsigned int)(hit & ID_MASK), line->end);
-                    }
-                }
-                line->decision = settled ? DONE : deferred ? DEFERRED : TO_PYTHON;
-            }
+            size_t first_id = line_ids.n;
+            for (size_t k = first; k < i && !failed; k++)
+                failed = push(&line_ids, hits.v[k] & ID_MASK) ? 1 : 0;
+            if (!failed && keep_line(&lines, &n_lines, &lines_room, end, first_id, line_ids.n - first_id, decision))
+                failed = 1;
         }
     }
     Py_END_ALLOW_THREADS;
@@ -913,8 +1030,8 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
             }
             if (line->decision != TO_PYTHON)
                 continue;
-            PyObject *line_ids = PyList_New((Py_ssize_t)line->hits);
-            PyObject *item = line_ids ? Py_BuildValue("(nN)", (Py_ssize_t)line->end, line_ids) : NULL;
+            PyObject *id_list = PyList_New((Py_ssize_t)line->n_ids);
+            PyObject *item = id_list ? Py_BuildValue("(nN)", (Py_ssize_t)line->end, id_list) : NULL;
             if (item == NULL || PyList_Append(handed, item) < 0) {
                 Py_XDECREF(item);
                 Py_DECREF(handed);
@@ -922,8 +1039,8 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 Py_DECREF(deferred);
                 goto release;
             }
-            for (size_t k = 0; k < line->hits; k++)
-                PyList_SET_ITEM(line_ids, (Py_ssize_t)k, PyLong_FromUnsignedLong((unsigned long)(hits.v[line->first_hit + k] & ID_MASK)));
+            for (size_t k = 0; k < line->n_ids; k++)
+                PyList_SET_ITEM(id_list, (Py_ssize_t)k, PyLong_FromUnsignedLong((unsigned long)line_ids.v[line->first_id + k]));
             Py_DECREF(item);
         }
         for (unsigned int id = 0; id < signatures; id++) {
@@ -939,15 +1056,19 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
             }
             Py_DECREF(item);
         }
-        result = Py_BuildValue("(NNN)", handed, counted, deferred);
+        result = Py_BuildValue("(NNNn)", handed, counted, deferred, (Py_ssize_t)text.newlines);
     }
 release:
-    free(hits.v);
+    scratch->hits = hits.v; /* kept for the next call */
+    scratch->hits_room = hits.cap;
+    scratch->text = text.data;
+    scratch->text_room = text.room;
+    free(line_ids.v);
     free(piece_hits.v);
     free(lines);
-    free(pieces);
-    free(buffer);
-    free(parts);
+    free(text.segments);
+    free(text.lines);
+    free(text.whole_prefixed);
     free(r.counts);
     free(r.last);
     free(r.verifiers);
@@ -962,6 +1083,7 @@ release:
     PyBuffer_Release(&chunk);
     PyBuffer_Release(&flag_buffer);
     PyBuffer_Release(&role_buffer);
+    PyBuffer_Release(&within_buffer);
     return result;
 }
 
@@ -973,11 +1095,14 @@ static PyMethodDef module_methods[] = {
     {"pattern", compile_pattern, METH_VARARGS, "pattern(text, caseless) -> Pattern: compiled by PCRE2 (UTF-8); ValueError when PCRE2 refuses it."},
 #endif
     {"classify", classify, METH_VARARGS,
-     "classify(database, scratch, chunk, flags, roles, signatures, literal_markers, config_full, verifiers, defer=False)"
-     " -> (lines, counted, deferred)\n\n"
+     "classify(database, scratch, chunk, flags, roles, signatures, literal_markers, config_full, verifiers, within, defer=False, cuttable=False)"
+     " -> (lines, counted, deferred, newlines)\n\n"
+     "within: one unsigned int a signature, the length of text up to which a widened one's hit stands unconfirmed; "
+     "cuttable: a Ray prefix may be scanned apart from the text after it (no literal marker runs across its end).\n"
      "lines: (end, ids) of the lines left to the Python path, in line order; counted: (id, hits, end of the last) for "
      "each signature whose hits were counted here; deferred: with defer, the ends of the lines a hit of which needs a "
-     "Python call (no call is made then: the GIL is never taken), to be classified again without it."},
+     "Python call (no call is made then: the GIL is never taken), to be classified again without it; newlines: how many "
+     "the chunk holds."},
     {NULL, NULL, 0, NULL},
 };
 

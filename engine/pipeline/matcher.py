@@ -15,7 +15,9 @@ kept on disk next to the validated knowledge base, keyed by everything it is bui
 
 Where the optional compiled module `_linescan` was built (against the Hyperscan library, see
 README), the same expressions are compiled once more for it, and it does a chunk's per-line work
-without a Python call per match (`LineMatcher.classify`). RLTRIAGE_NATIVE=0 leaves it unused.
+without a Python call per match (`LineMatcher.classify`). It cuts Ray prefixes and redraws apart
+before its one scan, so the text after a prefix and each kept redraw are scanned as lines of their
+own, not scanned again. RLTRIAGE_NATIVE=0 leaves it unused.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import json
 import os
 import re
 import threading
+from array import array
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -63,8 +66,9 @@ PREFIXES = (
 FORMAT = 3  # bump when what is cached changes meaning
 
 # What LineMatcher.classify returns: the lines left to Python as (end, ids), the hits counted in
-# compiled code as (id, count, end of the last), and the ends of the deferred lines.
-Classified = tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]], list[int]]
+# compiled code as (id, count, end of the last), the ends of the deferred lines, and the number of
+# newlines in the chunk.
+Classified = tuple[list[tuple[int, list[int]]], list[tuple[int, int, int]], list[int], int]
 
 _CASELESS, _MULTILINE = 1, 4  # HS_FLAG_CASELESS and HS_FLAG_MULTILINE, the library's own values
 _SUFFIX = r"[^\n]*$"  # report once per line, at its end
@@ -107,9 +111,14 @@ class LineMatcher:
     roles: tuple[int, ...]  # by id: 0 for a signature, else the bits above
     widened: tuple[bool, ...]  # inexact only because long bounded repeats were widened: verify() is exact
     literal_markers: int  # ids from here on are literals, reported where they end, not at the line's end
+    cuttable: bool = False  # no literal marker can run across the end of a Ray prefix (see _may_span_a_cut)
+    # By signature id: for a widened one, the length up to which a line's hit stands as it is
+    # (Translation.within; 0 for the others, and for a widened one without such a length).
+    within: tuple[int, ...] = ()
     names: tuple[str, ...] = ()  # the signatures' ids, by id
     native: Any = field(default=None, repr=False)  # the same database for `_linescan`, when it is built
-    role_bytes: bytes = field(default=b"", repr=False)  # `roles`, one byte an id, for `_linescan`
+    role_bytes: bytes = field(default=b"", repr=False)
+    within_array: array[int] = field(default_factory=lambda: array("I"), repr=False)  # `within`, for `_linescan`  # `roles`, one byte an id, for `_linescan`
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _verifiers: dict[int, Any] = field(default_factory=dict, repr=False)
     # For `_linescan`, by signature id: the exact translation of a widened one, once verifier() built it.
@@ -119,12 +128,14 @@ class LineMatcher:
     def __post_init__(self) -> None:
         self.names = tuple(sig.id for sig in self.signatures)
         self.role_bytes = bytes(self.roles)
+        self.within = self.within or (0,) * len(self.signatures)
+        self.within_array = array("I", self.within)
         self._native_verifiers = [None] * len(self.signatures)
 
     def classify(self, chunk: bytes, flags: bytes, config_full: bool, defer: bool = False) -> Classified | None:
         """With `_linescan`: the lines of the chunk left to the Python path, as (end, ids), the hits
-        counted without it, as (id, count, end of the last line), and the ends of the deferred lines;
-        None without it. `flags`: the NATIVE_* bits of scan.py, one byte an id. With `defer` no Python
+        counted without it, as (id, count, end of the last line), the ends of the deferred lines and
+        the chunk's number of newlines; None without it. `flags`: the NATIVE_* bits of scan.py, one byte an id. With `defer` no Python
         code runs (the GIL is let go for the whole call, so other threads run meanwhile): a line a hit
         of which needs a signature's own pattern is deferred, to be classified again without it."""
         if self.native is None:
@@ -133,7 +144,18 @@ class LineMatcher:
         if scratch is None:
             scratch = self._local.native = self.native.scratch()
         result: Classified = _linescan().classify(
-            self.native, scratch, chunk, flags, self.role_bytes, len(self.signatures), self.literal_markers, config_full, self._native_verifiers, defer
+            self.native,
+            scratch,
+            chunk,
+            flags,
+            self.role_bytes,
+            len(self.signatures),
+            self.literal_markers,
+            config_full,
+            self._native_verifiers,
+            self.within_array,
+            defer,
+            self.cuttable,
         )
         return result
 
@@ -209,6 +231,12 @@ def _native_cached(expressions: list[str], flags: list[int], cache: Path | None)
     if cache is not None:
         store(cache, database.dumps())
     return database
+
+
+def _within(sig: CompiledSignature) -> int:
+    """For a widened signature: the length of line up to which its translation's hit stands."""
+    translation = translate(sig.model.pattern, sig.ignore_case, PREFIXES)
+    return 0 if translation is None else translation.within
 
 
 def _exact_translation(sig: CompiledSignature) -> Translation | None:
@@ -321,6 +349,8 @@ def build_matcher(
                 tuple(meta["roles"]),
                 tuple(meta["widened"]),
                 meta["literal_markers"],
+                meta["cuttable"],
+                tuple(meta["within"]),
             )
             matcher.native = _native_database(meta, folder, digest.hexdigest())
             return matcher
@@ -397,15 +427,21 @@ def _assemble(
     # compiles in milliseconds, where an alternation with a suffix takes seconds.
     literal_markers = len(kept) + len(markers)
     literals: dict[str, int] = {}
+    texts: list[str] = []  # the literals as they read
     for sig in untranslated:
         for literal in sig.literals or ():
             literals[_literal(literal, sig.ignore_case)] = SLOW
+            texts.append(literal)
     for raw_word in slow_words:
         literals[_literal(raw_word.decode(), False)] = SLOW
+        texts.append(raw_word.decode())
     for key in config_keys:
         literals.setdefault(_literal(key, False), CONFIG)
+        texts.append(key)
     for word in trigger_words:
         literals[_literal(word, False)] = literals.get(_literal(word, False), 0) | SLOW | TRIGGER
+        texts.append(word)
+    cuttable = not any(_may_span_a_cut(text) for text in texts)
     markers += sorted(literals.items())
     expressions = [expression for _sig, expression, _flags, _exact in kept] + [pattern for pattern, _role in markers]
     flags = [f for _sig, _expression, f, _exact in kept] + [hyperscan.HS_FLAG_MULTILINE] * len(markers)
@@ -416,14 +452,35 @@ def _assemble(
     anchored = [PREFIXES in item[1] for item in kept]
     roles = [0] * len(kept) + [role for _pattern, role in markers]
     widened = [not item[3] and _widened_only(item[0]) for item in kept]
+    within = [_within(item[0]) if wide else 0 for item, wide in zip(kept, widened, strict=True)]
     meta = {
         "signatures": [item[0].id for item in kept], "exact": exact, "gated": gated, "anchored": anchored, "roles": roles,
-        "widened": widened, "literal_markers": literal_markers, "expressions": expressions, "flags": flags,
+        "widened": widened, "literal_markers": literal_markers, "cuttable": cuttable, "within": within, "expressions": expressions, "flags": flags,
     }
     matcher = LineMatcher(
-        database, tuple(item[0] for item in kept), tuple(exact), tuple(gated), tuple(anchored), tuple(roles), tuple(widened), literal_markers
+        database, tuple(item[0] for item in kept), tuple(exact), tuple(gated), tuple(anchored), tuple(roles), tuple(widened), literal_markers, cuttable, tuple(within)
     )
     return matcher, meta
+
+
+# What may end a Ray prefix (`…)`, then one optional blank) and what never starts the text after it
+# (_linescan cuts a line there only when no other prefix follows).
+_BLANKS = " \t\n\r\x0b\x0c"
+_PREFIX_OPENERS = "([>"
+
+
+def _may_span_a_cut(literal: str) -> bool:
+    """Whether the literal could run across the end of a Ray prefix: its head ending the prefix
+    (`)`, `)` and a blank, or a lone blank after the `)`), its tail starting the text after it.
+    `_linescan` scans a Ray-prefixed line as two segments, the prefix and the text after it, only
+    when no literal marker can: such a literal would be on neither."""
+    for cut in range(1, len(literal)):
+        head, tail = literal[:cut], literal[cut:]
+        if tail[0] in _PREFIX_OPENERS:
+            continue
+        if head.endswith(")") or (head[-1] in _BLANKS and (len(head) == 1 or head[-2] == ")")):
+            return True
+    return False
 
 
 def _compilable(hyperscan: Any, items: list[Any]) -> list[Any]:

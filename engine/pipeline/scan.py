@@ -597,7 +597,7 @@ class Scanner:
            there, and only the others come back here.
         2. Lines with a launcher prefix or carriage-return redraws are cut into what the full path
            matches (the text after the prefix, each kept redraw); the pieces of the whole chunk are
-           matched in one more scan.
+           matched in one more scan. (The compiled module cuts the lines it can before its scan.)
         3. In line order: lines with anything but signature hits, and hits whose tally still wants
            records, take the full path; the others are counted, and the last hit of each signature
            is made into its record when the chunk is done.
@@ -607,8 +607,9 @@ class Scanner:
             classified = matcher.classify(chunk, self._native_flags(matcher, kind, result.tallies), len(result.config) >= MAX_CONFIG)
         counted: list[tuple[int, int, int]] = []
         lines: Iterable[tuple[int, list[int]]]
+        newlines_in_chunk: int | None = None
         if classified is not None:
-            lines, counted, deferred = classified  # the lines settled in compiled code are only counted there
+            lines, counted, deferred, newlines_in_chunk = classified  # the lines settled in compiled code are only counted there
             if deferred:
                 lines, counted = self._classify_deferred(matcher, chunk, lines, counted, deferred, kind, result)
         else:
@@ -697,16 +698,28 @@ class Scanner:
             elif tally.last is None or tally.last.line <= base_line or tally.last.line < base_line + chunk.count(b"\n", 0, last) + 1:
                 tally.pending = last  # unless the full path kept a record of a later line in this chunk
             pending[tally.signature] = tally
-        # The last hits, made into records in line order, counting the chunk's newlines once.
+        # The last hits, made into records in line order.
         waiting = sorted((t for t in pending.values() if t.pending is not None), key=lambda t: t.pending or 0)
-        counted_to = newlines = 0
-        for tally in waiting:
-            assert tally.pending is not None
-            start = rfind(b"\n", 0, tally.pending) + 1
-            newlines += chunk.count(b"\n", counted_to, start)
-            counted_to = start
+        starts = [rfind(b"\n", 0, tally.pending or 0) + 1 for tally in waiting]
+        if newlines_in_chunk is None:  # counting the chunk's newlines once, from its start
+            before: list[int] = []
+            counted_to = newlines = 0
+            for start in starts:
+                newlines += chunk.count(b"\n", counted_to, start)
+                counted_to = start
+                before.append(newlines)
+            newlines_in_chunk = newlines + chunk.count(b"\n", counted_to)
+        else:  # the compiled module counted them: count back from the end, which the last hits are near
+            before = []
+            counted_from, after = size, 0
+            for start in reversed(starts):
+                after += chunk.count(b"\n", start, counted_from)
+                counted_from = start
+                before.append(newlines_in_chunk - after)
+            before.reverse()
+        for tally, start, newlines in zip(waiting, starts, before, strict=True):
             self._resolve_pending(chunk, start, base_line + newlines + 1, tally)
-        return newlines + chunk.count(b"\n", counted_to)
+        return newlines_in_chunk
 
     def _classify_deferred(
         self,
@@ -731,7 +744,7 @@ class Scanner:
         text = b"\n".join(chunk[start:end] for start, end in zip(starts, deferred, strict=True))
         again = matcher.classify(text, self._native_flags(matcher, kind, result.tallies), len(result.config) >= MAX_CONFIG)
         assert again is not None  # the first call was made with the same module
-        handed, more, _none = again
+        handed, more, _none, _newlines = again
 
         def in_chunk(end: int) -> int:
             line = bisect_right(offsets, end) - 1

@@ -58,3 +58,33 @@ def test_an_exact_translation_matches_the_lines_the_pattern_matches(lines: list[
         compiled = regex.compile(pattern)
         expected = {i for i, line in enumerate(lines) if compiled.search(line)}
         assert _lines_matched(_database(translation.expression, translation.caseless), lines) == expected, pattern
+
+
+# Widened bounded repeats, and the length of line up to which the widened translation is still exact.
+WITHIN = [
+    (r"a[^|]{0,80}\|b", False, 80),
+    (r"a.{0,100}b.{5,300}c", False, 100),  # the fewest copies any widened repeat allows
+    (r"a(?:b?){0,100}c", False, 0),  # a copy may be empty: no length keeps the copies within the bound
+    (r"a.{0,10}c", True, 0),  # not widened
+]
+
+
+@pytest.mark.parametrize(("pattern", "exact", "within"), WITHIN)
+def test_a_widened_translation_says_how_long_a_line_it_is_still_exact_on(pattern: str, exact: bool, within: int) -> None:
+    translation = translate(pattern, False)
+    assert translation is not None and translation.exact == exact and translation.within == within
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(alphabet="ab|x", max_size=120), min_size=1, max_size=20))
+def test_a_widened_translation_matches_exactly_the_lines_no_longer_than_its_length(lines: list[str]) -> None:
+    pattern = r"a[^|]{0,80}\|b"
+    translation = translate(pattern, False)
+    assert translation is not None and not translation.exact and translation.within == 80
+    compiled = regex.compile(pattern)
+    matched = _lines_matched(_database(translation.expression, translation.caseless), lines)
+    for number, line in enumerate(lines):
+        if len(line.encode()) <= translation.within:
+            assert (number in matched) == (compiled.search(line) is not None), line
+        elif compiled.search(line) is not None:
+            assert number in matched, line  # longer lines: a superset, to confirm

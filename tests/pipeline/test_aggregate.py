@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import rltriage
 from rltriage import KnowledgeBase
 from rltriage.base.vocabulary import InputKind
-from rltriage.pipeline.matcher import _LINESCAN, _PCRE2_DIFFERS, _native_pattern, _pattern_confirms, native_available
+from rltriage.pipeline.matcher import _LINESCAN, _PCRE2_DIFFERS, _may_span_a_cut, _native_pattern, _pattern_confirms, native_available
 from rltriage.pipeline.render import render_report
 from rltriage.pipeline.run import analyse
 from rltriage.pipeline.scan import CHUNK, SAMPLES, FileScan, Scanner, config_keys
@@ -148,6 +148,12 @@ DECORATIONS = (
     lambda line: "\r".join([" 30%|███       | 3/10 [00:03<00:07, 1.00s/it]"] * 6 + [line]),
     lambda line: "\r  \r".join([line, "Loading shards", " 40%|████      | 4/10 [00:04<00:06, 1.00s/it]", line, " 50%|█████     | 5/10"]),
     lambda line: "(pid=3) " + line + "\r(pid=3) " + line,
+    # What the compiled module cuts apart before its scan: a failure word in a Ray prefix, a control
+    # character in a blank redraw, a failure word in a redraw that is dropped, a prefix in a redraw.
+    lambda line: "(Killed pid=4) " + line,
+    lambda line: "(Actor pid=4) " + line + "\r\x0b\r" + line,
+    lambda line: "\r".join([line] + [" 30%|███       | 3/10 [00:03<00:07, 1.00s/it] Killed"] * 3 + [line, line]),
+    lambda line: " 60%|██████    | 6/10 [00:06<00:04, 1.00s/it]\r(Killed pid=4) " + line,
     lambda line: line + " é",
     lambda line: line + " ٣",
     lambda line: line + "\x0c",
@@ -185,6 +191,62 @@ def generated_log(kb: KnowledgeBase, seed: int, size: int) -> bytes:
 def test_generated_logs_give_the_same_scan(kb: KnowledgeBase, scanners: Any, seed: int) -> None:
     scan = assert_same_scan(scanners, generated_log(kb, seed, 3 * CHUNK // 2))
     assert sum(t.count for t in scan.tallies.values()) > 1000
+
+
+def test_literal_markers_that_may_run_across_the_end_of_a_ray_prefix_are_told_apart() -> None:
+    # The end of a Ray prefix is `)` and one optional blank; the text after it never starts another.
+    assert _may_span_a_cut(") foo") and _may_span_a_cut(" foo") and _may_span_a_cut("a) b") and _may_span_a_cut("x)\tb")
+    assert not _may_span_a_cut(" (idle)")  # the text after the cut would start with `(`
+    assert not _may_span_a_cut("Signal 9 (SIGKILL)") and not _may_span_a_cut("Traceback (most recent call last)")
+    assert not _may_span_a_cut("x)") and not _may_span_a_cut("NCCL error")
+
+
+def test_the_knowledge_base_lets_ray_prefixes_be_cut_and_the_scan_is_the_same_when_they_are_not(kb: KnowledgeBase, scanners: Any, native: str) -> None:
+    matcher = scanners[1].matcher()
+    assert matcher.cuttable  # no literal marker of the knowledge base can run across a Ray prefix's end
+    if native != "compiled":
+        return
+    # Not cuttable, the compiled module scans a Ray-prefixed line whole for its markers: the same scan.
+    data = generated_log(kb, 4, CHUNK // 2)
+    expected = summary(scanners[1].scan("run.log", InputKind.driver_log, io.BytesIO(data)))
+    matcher.cuttable = False
+    try:
+        assert_same_scan(scanners, data)
+        assert summary(scanners[1].scan("run.log", InputKind.driver_log, io.BytesIO(data))) == expected
+    finally:
+        matcher.cuttable = True
+
+
+def test_a_failure_word_anywhere_on_a_cut_line_takes_it_to_the_full_path(kb: KnowledgeBase, scanners: Any) -> None:
+    # The compiled module scans a Ray prefix and every redraw as lines of their own. A failure word
+    # in the prefix, or in a redraw the normaliser drops, still opens a failure window there (which
+    # takes in the exception line before it) once the line's signature keeps no more records (from
+    # the second chunk on), when the line would otherwise only be counted.
+    loaded = "Model loading took 2.5 GiB and 3.0 seconds"
+    first_chunk = CHUNK // (len(loaded) + 1) + 1
+    exception = "requests.exceptions.ConnectTimeout: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded"  # no failure word
+    bar = " 30%|███       | 3/10 [00:03<00:07, 1.00s/it] Killed"
+    filler = ["worker is still warming up"] * 40
+    lines = [loaded] * first_chunk + filler + [exception, "(Killed pid=4) " + loaded] + filler
+    lines += [exception, "\r".join([loaded, bar, bar, bar, loaded, loaded])] + filler + [exception, loaded] + filler
+    scan = assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+    assert scan.tallies["vllm.model_loading_took"].count == first_chunk + 1 + 3 + 1  # each redraw kept counts
+    assert [failure.type for failure in scan.failures] == ["ConnectTimeout", "ConnectTimeout"]  # not the last: no failure word
+
+
+def test_a_widened_signature_is_confirmed_only_on_lines_longer_than_its_bound(kb: KnowledgeBase, scanners: Any) -> None:
+    # trl.slow_step_rate allows at most 200 characters of bar; its translation allows any number. A
+    # line of 200 bytes or fewer cannot tell the two apart, so its hit stands; a longer one is
+    # confirmed with the exact form, which turns down a bar of 250.
+    matcher = scanners[1].matcher()
+    assert matcher.within[matcher.names.index("trl.slow_step_rate")] == 200
+    short = "  0%|          | 3/2000 [07:12<80:01:10, 144.12s/it]"
+    long_bar = "  0%|" + "#" * 250 + "| 3/2000 [07:12<80:01:10, 144.12s/it]"
+    padded = "  0%|" + "#" * 150 + "| 3/2000 [07:12<80:01:10, 144.12s/it]" + " " * 60  # 250 bytes, and a match
+    first_chunk = CHUNK // (len(short) + 1) + 1
+    lines = [short] * first_chunk + [long_bar, padded, short] * 50
+    scan = assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+    assert scan.tallies["trl.slow_step_rate"].count == first_chunk + 2 * 50
 
 
 def test_config_echoes_past_their_cap_and_lines_across_chunks(kb: KnowledgeBase, scanners: Any) -> None:
@@ -281,8 +343,8 @@ def test_signatures_no_database_states_are_confirmed_by_their_pattern_in_the_com
         aggregated = scanners[1]
         matcher = aggregated.matcher()
         flags = aggregated._native_flags(matcher, InputKind.driver_log, scan.tallies)
-        handed, counted, deferred = matcher.classify(data, flags, False)
-        assert handed == [] and deferred == []
+        handed, counted, deferred, newlines = matcher.classify(data, flags, False)
+        assert handed == [] and deferred == [] and newlines == data.count(b"\n")
         by_name = {matcher.names[index]: count for index, count, _last in counted}
         assert by_name["vllm.processed_prompts_done"] == 3 * 400
         assert by_name["vllm.processed_prompts_last_few"] == 2 * 400
@@ -290,17 +352,17 @@ def test_signatures_no_database_states_are_confirmed_by_their_pattern_in_the_com
         if _LINESCAN is not None and hasattr(_LINESCAN, "pattern"):
             # Built with PCRE2, the module confirms them itself: a thread's call (no Python) defers nothing.
             assert all(type(matcher._native_verifiers[index]).__name__ == "Pattern" for index in bars)
-            assert matcher.classify(data, flags, False, True) == ([], counted, [])
+            assert matcher.classify(data, flags, False, True) == ([], counted, [], newlines)
         # Between the bars, lines with nothing a signature wants: the deferred lines are not the chunk's.
         mixed = ("\n".join(f"{line}\nworker {number} is still warming up" for number, line in enumerate(lines)) + "\n").encode("utf-8")
         saved = list(matcher._native_verifiers)
         try:
             for index in bars:  # as without PCRE2: the confirmation is a Python call
                 matcher._native_verifiers[index] = partial(_pattern_confirms, matcher.signatures[index])
-            handed, counted, deferred = matcher.classify(mixed, flags, False)
+            handed, counted, deferred, _newlines = matcher.classify(mixed, flags, False)
             assert handed == [] and deferred == [] and {index for index, _count, _last in counted} >= set(bars)
             # Told not to call Python (a thread's call), it defers every bar's line instead ...
-            handed, counted_ahead, deferred = matcher.classify(mixed, flags, False, True)
+            handed, counted_ahead, deferred, _newlines = matcher.classify(mixed, flags, False, True)
             assert handed == [] and len(deferred) == len(lines)
             assert not set(bars) & {index for index, _count, _last in counted_ahead}
             # ... and classified again on their own, they come to what one call over the chunk counts.
