@@ -69,10 +69,8 @@ def _category(code: Any) -> tuple[frozenset[int], bool]:
     return (ASCII_CHARS - members, True) if negated else (members & ASCII_CHARS, False)
 
 
-def _set(chars: frozenset[int], block: bool) -> str:
-    chars = chars - {0x0A}
-    if not chars and not block:
-        raise _Refused("a class that matches nothing on a line")
+def _ranges(chars: frozenset[int]) -> str:
+    """The characters as the inside of a class: `\\x41-\\x5a\\x5f`."""
     ordered = sorted(chars)
     ranges: list[str] = []
     index = 0
@@ -83,10 +81,35 @@ def _set(chars: frozenset[int], block: bool) -> str:
         high = ordered[index]
         ranges.append(f"\\x{low:02x}" if low == high else f"\\x{low:02x}-\\x{high:02x}")
         index += 1
-    alternatives = [f"[{''.join(ranges)}]"] if ranges else []
+    return "".join(ranges)
+
+
+def _set(chars: frozenset[int], block: bool) -> str:
+    chars = chars - {0x0A}
+    if not chars and not block:
+        raise _Refused("a class that matches nothing on a line")
+    alternatives = [f"[{_ranges(chars)}]"] if chars else []
     if block:
         alternatives.append(BLOCK_ELEMENT)
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+
+
+_ONE_CHAR = ("LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY")
+
+
+def _starts_with_a_character(item: Any) -> bool:
+    """Whether the item matches at least one character first (no assertion, nothing optional)."""
+    op, av = item
+    name = str(op)
+    if name in _ONE_CHAR:
+        return True
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+        body = list(av[2])
+        return av[0] >= 1 and bool(body) and _starts_with_a_character(body[0])
+    if name == "SUBPATTERN":
+        body = list(av[-1])
+        return bool(body) and _starts_with_a_character(body[0])
+    return False
 
 
 def _class_set(items: Any) -> tuple[frozenset[int], bool]:
@@ -164,7 +187,11 @@ class _Translator:
                 out.append(guarded)
                 skip = True
                 continue
-            out.append(self.element(op, av, at_start and index == 0, at_end and index == len(items) - 1))
+            last = index == len(items) - 1
+            # What follows starts with a character, or is the end of the pattern (the end of the line
+            # or what a final lookahead allows, which starts with a character too).
+            before_character = (at_end and last) or (not last and _starts_with_a_character(items[index + 1]))
+            out.append(self.element(op, av, at_start and index == 0, at_end and last, before_character))
         return "".join(out)
 
     def guarded_star(self, items: list[Any], index: int) -> str | None:
@@ -187,7 +214,24 @@ class _Translator:
         star = _set(star_chars, star_block) + "*"
         return f"(?:{star}{last})?" if before[1] not in guard_chars else f"{star}{last}"
 
-    def element(self, op: Any, av: Any, at_start: bool, at_end: bool = False) -> str:
+    @staticmethod
+    def byte_run(body: Any, low: int, high: int) -> str | None:
+        """`.*`, `[^|]+` and the like as a run of bytes: `[^\\n]*`, not a run of characters each one
+        byte or three (a block element). Hyperscan runs the byte class several times faster. On the
+        lines the translation is for, the same spans match, as long as the run starts and ends between
+        characters: it follows a whole character (or the start), and what follows it starts with a
+        character, whose first byte is ASCII or a block element's first byte, never one inside a
+        block element. Only for unbounded runs of at least no or one character: a count of bytes is
+        not a count of characters. None when it does not apply."""
+        items = list(body)
+        if high != sre_constants.MAXREPEAT or low > 1 or len(items) != 1 or str(items[0][0]) not in _ONE_CHAR:
+            return None
+        chars, block = _one_char_set(*items[0])
+        if not block:
+            return None
+        return f"[{_ranges(chars - {0x0A})}\\x80-\\xff]" + ("*" if low == 0 else "+")
+
+    def element(self, op: Any, av: Any, at_start: bool, at_end: bool = False, before_character: bool = False) -> str:
         name = str(op)
         if name in ("LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY"):
             return _set(*_one_char_set(op, av))
@@ -223,7 +267,8 @@ class _Translator:
                 high = sre_constants.MAXREPEAT  # long bounded repeats cost seconds to compile: widened
                 self.exact = False
             bound = f"{{{low},}}" if high == sre_constants.MAXREPEAT else f"{{{low},{high}}}"
-            return "(?:" + self.sequence(body, False) + ")" + bound
+            run = self.byte_run(body, low, high) if before_character else None
+            return run if run is not None else "(?:" + self.sequence(body, False) + ")" + bound
         if name == "ATOMIC_GROUP":
             self.exact = False
             return "(?:" + self.sequence(av, at_start) + ")"

@@ -579,7 +579,7 @@ static int settle_hit(rules *r, unsigned int id, const unsigned char *text, size
     unsigned char f = r->flags[id];
     if (((f & F_ANCHORED) || !(f & F_EXACT)) && may_have_prefix(text, length, 0))
         return -1; /* _confirm checks it with the signature's pattern */
-    if (!(f & F_EXACT) && length > r->within[id]) {
+    if (!(f & F_EXACT) && (r->within[id] == 0 || length > r->within[id])) {
         int confirmed = confirm_hit(r, id, text, length);
         if (confirmed <= 0)
             return confirmed; /* not confirmed: the hit is dropped */

@@ -117,8 +117,8 @@ class LineMatcher:
     within: tuple[int, ...] = ()
     names: tuple[str, ...] = ()  # the signatures' ids, by id
     native: Any = field(default=None, repr=False)  # the same database for `_linescan`, when it is built
-    role_bytes: bytes = field(default=b"", repr=False)
-    within_array: array[int] = field(default_factory=lambda: array("I"), repr=False)  # `within`, for `_linescan`  # `roles`, one byte an id, for `_linescan`
+    role_bytes: bytes = field(default=b"", repr=False)  # `roles`, one byte an id, for `_linescan`
+    within_array: array[int] = field(default_factory=lambda: array("I"), repr=False)  # `within`, for `_linescan`
     _local: threading.local = field(default_factory=threading.local, repr=False)
     _verifiers: dict[int, Any] = field(default_factory=dict, repr=False)
     # For `_linescan`, by signature id: the exact translation of a widened one, once verifier() built it.
@@ -135,9 +135,10 @@ class LineMatcher:
     def classify(self, chunk: bytes, flags: bytes, config_full: bool, defer: bool = False) -> Classified | None:
         """With `_linescan`: the lines of the chunk left to the Python path, as (end, ids), the hits
         counted without it, as (id, count, end of the last line), the ends of the deferred lines and
-        the chunk's number of newlines; None without it. `flags`: the NATIVE_* bits of scan.py, one byte an id. With `defer` no Python
-        code runs (the GIL is let go for the whole call, so other threads run meanwhile): a line a hit
-        of which needs a signature's own pattern is deferred, to be classified again without it."""
+        the chunk's number of newlines; None without it. `flags`: the NATIVE_* bits of scan.py, one
+        byte an id. With `defer` no Python code runs (the GIL is let go for the whole call, so other
+        threads run meanwhile): a line a hit of which needs a signature's own pattern is deferred, to
+        be classified again without it."""
         if self.native is None:
             return None
         scratch = getattr(self._local, "native", None)

@@ -32,9 +32,9 @@ def _lines_matched(database: object, lines: list[str]) -> set[int]:
     # Every line ends with a newline, as the scanner's chunks do (Hyperscan 0.9.1 can miss a match
     # that starts two bytes before the end of a longer buffer: `x\d+` in 15 bytes then `x1`).
     data = "".join(line + "\n" for line in lines).encode()
-    starts = [0]
+    starts = [0]  # in bytes, as Hyperscan reports where a match ends
     for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
+        starts.append(starts[-1] + len(line.encode()) + 1)
     found: set[int] = set()
 
     def on_match(_id: int, _start: int, end: int, _flags: int, _context: object) -> None:
@@ -88,3 +88,26 @@ def test_a_widened_translation_matches_exactly_the_lines_no_longer_than_its_leng
             assert (number in matched) == (compiled.search(line) is not None), line
         elif compiled.search(line) is not None:
             assert number in matched, line  # longer lines: a superset, to confirm
+
+
+# Runs of any character but a few become runs of bytes; on lines of ASCII and block elements the
+# same lines match, whatever follows the run (a character, a class with block elements, the end, or
+# an assertion, where the run stays a run of characters).
+RUNS = [r"a.*b", r"a[^|]+\|b", r"x.*\Wb", r"a.*[^a]b", r"a.*\bx", r"a.*\B", r"a.*\Bx", r"(?:a.*)b.*", r"a\S+\s", r"a[^b]*$"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.text(alphabet="ab|x █▏ c", max_size=20), min_size=1, max_size=20))
+def test_runs_of_bytes_match_the_lines_runs_of_characters_match(lines: list[str]) -> None:
+    for pattern in RUNS:
+        translation = translate(pattern, False)
+        assert translation is not None and translation.exact, pattern
+        compiled = regex.compile(pattern)
+        expected = {i for i, line in enumerate(lines) if compiled.search(line)}
+        assert _lines_matched(_database(translation.expression, translation.caseless), lines) == expected, pattern
+
+
+def test_a_run_becomes_a_run_of_bytes_only_before_a_character_or_the_end() -> None:
+    assert "\\x80-\\xff]*" in translate(r"a.*b", False).expression  # type: ignore[union-attr]
+    assert "\\x80-\\xff]" not in translate(r"a.*\bx", False).expression  # type: ignore[union-attr]
+    assert "\\x80-\\xff]" not in translate(r"a.{2,}b", False).expression  # type: ignore[union-attr]
