@@ -249,6 +249,17 @@ def test_a_widened_signature_is_confirmed_only_on_lines_longer_than_its_bound(kb
     assert scan.tallies["trl.slow_step_rate"].count == first_chunk + 2 * 50
 
 
+def test_a_line_with_more_redraws_than_the_compiled_module_cuts_takes_the_full_path(kb: KnowledgeBase, scanners: Any) -> None:
+    # Past 4096 redraws a line is not cut into segments but scanned whole, and Python cuts it.
+    bar = " 40%|████      | 4/10 [00:04<00:06, 1.00s/it]"
+    loaded = "Model loading took 2.5 GiB and 3.0 seconds"
+    first_chunk = CHUNK // (len(loaded) + 1) + 1
+    for redraws in (4000, 4100):  # 4003 parts, cut; 4103, not
+        lines = [loaded] * first_chunk + ["\r".join([loaded] + [bar] * redraws + [loaded, loaded])] * 2
+        scan = assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+        assert scan.tallies["vllm.model_loading_took"].count == first_chunk + 2 * 3
+
+
 def test_config_echoes_past_their_cap_and_lines_across_chunks(kb: KnowledgeBase, scanners: Any) -> None:
     lines = [f"step {i} max_completion_length={i % 7} {{'loss': 0.{i}, 'grad_norm': 0.5, 'learning_rate': 1e-06}}" for i in range(12_000)]
     lines += [" 40%|████      | 4/10 [00:04<00:06, 1.00s/it]"] * 20_000
