@@ -668,7 +668,9 @@ static int add_after_prefix(cut_text *t, const unsigned char *part, size_t lengt
 }
 
 /* The parts of a line with carriage returns, as _kept_redraws keeps them (pieces) or not (markers
- * only); 0 when none is kept, there are too many, or a kept one cannot be cut. */
+ * only); 0 when none is kept, there are too many, or a kept one cannot be cut. A run of parts that
+ * are not kept is one segment, carriage returns and all, as in the line: a bar redrawn a hundred
+ * times is scanned as one text, not as a hundred lines for every anchored signature to try. */
 static int add_redraws(cut_text *t, const unsigned char *raw, size_t length, int cuttable) {
     size_t nonblank = 0, from = 0;
     for (size_t i = 0; i <= length; i++) {
@@ -679,23 +681,35 @@ static int add_redraws(cut_text *t, const unsigned char *raw, size_t length, int
     }
     if (nonblank == 0 || nonblank > MAX_PARTS)
         return 0;
-    size_t ordinal = 0;
+    size_t ordinal = 0, dropped_from = 0, dropped_to = 0; /* the run of parts not kept, if any */
+    int dropped = 0;
     from = 0;
     for (size_t i = 0; i <= length; i++) {
         if (i != length && raw[i] != '\r')
             continue;
         const unsigned char *part = raw + from;
         size_t part_length = i - from;
-        from = i + 1;
         int kept = 0;
         if (!is_blank(part, part_length)) {
             kept = nonblank <= 4 || ordinal == 0 || ordinal + 2 >= nonblank || !is_redraw(part, part_length);
             ordinal++;
         }
-        int made;
+        if (!kept) {
+            if (!dropped)
+                dropped_from = from;
+            dropped_to = i;
+            dropped = 1;
+        }
+        from = i + 1;
+        if (!kept && i != length)
+            continue;
+        if (dropped && dropped_to > dropped_from && add_segment(t, raw + dropped_from, dropped_to - dropped_from, SEG_MARKS))
+            return -1;
+        dropped = 0;
         if (!kept)
-            made = part_length ? (add_segment(t, part, part_length, SEG_MARKS) ? -1 : 1) : 1;
-        else if (may_have_prefix(part, part_length, 0))
+            continue; /* the line's last part, in the run just added */
+        int made;
+        if (may_have_prefix(part, part_length, 0))
             made = add_after_prefix(t, part, part_length, cuttable);
         else
             made = add_segment(t, part, part_length, SEG_PIECE) ? -1 : 1;
