@@ -769,19 +769,25 @@ static int cut_chunk(cut_text *t, const unsigned char *data, size_t size, int cu
     return append(t, data + copied, size - copied);
 }
 
-/* The piece hits of one cut line, (segment << ID_BITS | id) in order: every hit settles, or the
- * whole line goes to Python; then the confirmed ones are counted, once a signature a piece. */
-static int settle_pieces(rules *r, const cut_text *t, const u64vec *piece_hits, size_t end) {
+/* A line's hits, in order: every hit settles, or the whole line goes to Python; then the confirmed
+ * ones are counted, once a signature a text. With `pieces`, the hits are (segment << ID_BITS | id)
+ * of a cut line's pieces, each on its segment's text; without, all are on `text`. Markers' ids are
+ * skipped. */
+static int settle_hits(rules *r, const uint64_t *hits, size_t n, const cut_text *pieces, const unsigned char *text, size_t length, size_t end) {
     for (int pass = 0; pass < 2; pass++) {
         uint64_t previous = UINT64_MAX;
-        for (size_t k = 0; k < piece_hits->n; k++) {
-            uint64_t hit = piece_hits->v[k];
-            if (hit == previous)
+        for (size_t k = 0; k < n; k++) {
+            uint64_t hit = hits[k];
+            unsigned int id = (unsigned int)(hit & ID_MASK);
+            if (hit == previous || id >= r->signatures)
                 continue;
             previous = hit;
-            const segment *piece = &t->segments[hit >> ID_BITS];
-            unsigned int id = (unsigned int)(hit & ID_MASK);
-            int verdict = settle_hit(r, id, t->data + piece->start, piece->end - piece->start);
+            if (pieces != NULL) {
+                const segment *piece = &pieces->segments[hit >> ID_BITS];
+                text = pieces->data + piece->start;
+                length = piece->end - piece->start;
+            }
+            int verdict = settle_hit(r, id, text, length);
             if (verdict < 0)
                 return verdict == DEFER ? DEFERRED : TO_PYTHON;
             if (pass == 1 && verdict == 1)
@@ -941,7 +947,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                     failed = 1;
                 int decision = TO_PYTHON;
                 if (!failed && !((marks & R_SLOW) || ((marks & R_CONFIG) && !config_full)))
-                    decision = settle_pieces(&r, &text, &piece_hits, cut->end);
+                    decision = settle_hits(&r, piece_hits.v, piece_hits.n, &text, NULL, 0, cut->end);
                 if (decision == DONE)
                     line_ids.n = first_id;
                 else if (!failed && keep_line(&lines, &n_lines, &lines_room, cut->end, first_id, line_ids.n - first_id, decision))
@@ -983,21 +989,7 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
                 /* Hits to confirm or check on the line as it stands, or none at all. */
                 const unsigned char *stop = end > 0 ? memrchr(data, '\n', end) : NULL;
                 const unsigned char *raw = stop ? stop + 1 : data;
-                size_t length = (size_t)(data + end - raw);
-                decision = DONE;
-                for (size_t k = first; k < i && decision == DONE; k++) {
-                    unsigned int id = (unsigned int)(hits.v[k] & ID_MASK);
-                    int verdict = id < signatures ? settle_hit(&r, id, raw, length) : 0;
-                    if (verdict < 0)
-                        decision = verdict == DEFER ? DEFERRED : TO_PYTHON;
-                }
-                if (decision == DONE) {
-                    for (size_t k = first; k < i; k++) {
-                        unsigned int id = (unsigned int)(hits.v[k] & ID_MASK);
-                        if (id < signatures && settle_hit(&r, id, raw, length) == 1)
-                            count_hit(&r, id, end);
-                    }
-                }
+                decision = settle_hits(&r, hits.v + first, i - first, NULL, raw, (size_t)(data + end - raw), end);
             }
             if (decision == DONE)
                 continue;
