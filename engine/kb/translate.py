@@ -20,6 +20,11 @@ the pattern is exact as `(?:^|[^…])`, and a negative lookahead of one characte
 `(?:$|[^…])`. Patterns with non-ASCII text, with flags that change `^`/`$`, or
 that match the empty string are not translated at all (`None`): their literals keep those lines on the
 full path.
+
+For the scanner's one database, a pattern that runs on through a gap (`.*`, `[^\n]*?`) to a literal
+is cut before that literal (`loosen`): Hyperscan otherwise runs what comes before the gap to the end of
+every line it starts on (every verl metrics line starts every verl metric's pattern), where the cut
+form waits for the literal. The cut form is inexact; its hits are confirmed with the whole pattern.
 """
 
 from __future__ import annotations
@@ -295,10 +300,12 @@ class _Translator:
         raise _Refused(name)
 
 
-def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = WIDEST_BOUND) -> Translation | None:
+def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = WIDEST_BOUND, loosen: bool = False) -> Translation | None:
     """The pattern in Hyperscan syntax for lines the aggregated path accepts, or None. `start` is
     what `^` (and the start a leading lookbehind allows) becomes; bounded repeats with more than
-    `widest` optional copies become unbounded."""
+    `widest` optional copies become unbounded. With `loosen`, an exact translation of a pattern that
+    runs on through a long gap to a literal (`step:\\d+ - .*critic/score/max:`) is cut before that
+    literal: see `_gap`."""
     if not pattern.isascii():
         return None
     try:
@@ -329,7 +336,76 @@ def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = W
     except (_Refused, KeyError):
         return None
     caseless = ignore_case or bool(flags & sre_constants.SRE_FLAG_IGNORECASE)
+    cut = _gap(items) if loosen and translator.exact and translator.within is None else None
+    if cut is not None:
+        # What follows the gap matches wherever the whole pattern does, so the cut expression matches
+        # every line the pattern matches (and maybe more: inexact, its hits are confirmed with the
+        # exact translation). Hyperscan then runs the head and the gap only on lines holding the
+        # literal, where before it ran them to the end of every line the head started on.
+        loose = _Translator({})
+        loose.start, loose.widest, loose.caseless, loose.ends_line = start, widest, caseless, translator.ends_line
+        try:
+            body = loose.sequence(items[cut:], False, True)
+        except (_Refused, KeyError):
+            return None
+        return Translation("(?:" + body + ")" + ("" if translator.ends_line else rest), False, caseless, 0)
     return Translation("(?:" + body + ")" + ("" if translator.ends_line else rest), translator.exact, caseless, translator.within or 0)
+
+
+GAP_LITERAL = 4  # the fewest characters a cut translation starts with (Hyperscan finds them as a literal)
+_WIDE = 90  # a repeated class of at least this many ASCII characters is a gap (`.`, `[^,]`, `\S`)
+
+
+def _gap(items: list[Any]) -> int | None:
+    """Where to cut a pattern for `translate(loosen=True)`: after its last top-level item that holds
+    an unbounded run of a wide class (a gap, which may span most of a line), when what follows starts
+    with at least GAP_LITERAL literal characters; None when there is no such item, or the pattern
+    refers back to a group."""
+    if _has(items, "GROUPREF"):
+        return None
+    for index in range(len(items) - 2, -1, -1):
+        if _holds_gap(*items[index]):
+            return index + 1 if _lead(items[index + 1 :]) >= GAP_LITERAL else None
+    return None
+
+
+def _holds_gap(op: Any, av: Any) -> bool:
+    name = str(op)
+    if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+        low, high, body = av
+        items = list(body)
+        if high == sre_constants.MAXREPEAT and len(items) == 1 and str(items[0][0]) in _ONE_CHAR:
+            try:
+                chars, _block = _one_char_set(*items[0])
+            except _Refused:
+                return False
+            if len(chars) >= _WIDE:
+                return True
+        return any(_holds_gap(o, a) for o, a in items)
+    if name == "SUBPATTERN":
+        return any(_holds_gap(o, a) for o, a in av[-1])
+    if name == "BRANCH":
+        return any(_holds_gap(o, a) for branch in av[1] for o, a in branch)
+    return False
+
+
+def _lead(items: list[Any]) -> int:
+    """How many literal characters every match of the items starts with (an assertion before them,
+    which the cut translation drops, takes none)."""
+    count = 0
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            count += 1
+            continue
+        if name in ("ASSERT", "ASSERT_NOT", "AT") and not count:
+            continue
+        if name == "SUBPATTERN" and not av[1] and not av[2]:
+            return count + _lead(list(av[-1]))
+        if name == "BRANCH":
+            return count + min(_lead(list(branch)) for branch in av[1])
+        return count
+    return count
 
 
 def _following(item: Any, caseless: bool) -> str | None:

@@ -111,3 +111,62 @@ def test_a_run_becomes_a_run_of_bytes_only_before_a_character_or_the_end() -> No
     assert "\\x80-\\xff]*" in translate(r"a.*b", False).expression  # type: ignore[union-attr]
     assert "\\x80-\\xff]" not in translate(r"a.*\bx", False).expression  # type: ignore[union-attr]
     assert "\\x80-\\xff]" not in translate(r"a.{2,}b", False).expression  # type: ignore[union-attr]
+
+
+# Cut at a gap: the part after the pattern's last wide unbounded run, when it starts with a literal of
+# at least GAP_LITERAL characters (an assertion before it is dropped); None where there is no such cut.
+LOOSENED = [
+    (r"(?<![\w/])step:(?P<s>\d+) - [^\n]*?(?<![\w/-])critic/score/max:(?P<v>[-\d.e+]+|nan)", "critic/score/max:", "x critic/score/max:1"),
+    (r"^\{'loss': (?P<l>[\d.]+),.*?'grad_norm': (?P<g>[\d.]+),.*?'learning_rate': (?P<r>[\d.e-]+)", "'learning_rate': ", "{'learning_rate': 1"),
+    (r"^\{'.*'(?:reward|rewards/(?P<f>[\w.-]+?))': (?P<r>[\d.]+)", "'reward", "x 'reward': 1"),
+    (r"step:\d+ - (?:.*[^\w-])?actor/lr:(?P<lr>[\d.e-]+)", "actor/lr:", "step: actor/lr:1"),
+]
+NOT_LOOSENED = [
+    r"^\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<step>\d+)/(?P<total>\d+)",  # one literal character after the gap
+    r"a.*(b)x\1yyyy",  # a back-reference
+    r"abc\d+ def [\w.]+ ghij",  # no wide run ([\w.] is not one)
+    r"a.*b(?=c)cdef",  # inexact before any cut: the full translation widens a lookahead
+]
+
+
+@pytest.mark.parametrize(("pattern", "literal", "loose_only"), LOOSENED)
+def test_a_pattern_with_a_gap_before_a_literal_is_cut_there(pattern: str, literal: str, loose_only: str) -> None:
+    full, loose = translate(pattern, False), translate(pattern, False, loosen=True)
+    assert full is not None and full.exact
+    assert loose is not None and not loose.exact and loose.within == 0
+    lead = "".join(f"[\\x{ord(c):02x}]" for c in literal)
+    assert loose.expression.startswith("(?:" + lead) or loose.expression.startswith("(?:(?:" + lead), loose.expression
+    # A line with what follows the gap but not what comes before it: the cut form matches it, the
+    # pattern (and the full translation) do not. The scanner confirms such hits.
+    assert regex.search(pattern, loose_only) is None
+    assert _lines_matched(_database(loose.expression, False), [loose_only]) == {0}
+    assert _lines_matched(_database(full.expression, False), [loose_only]) == set()
+
+
+@pytest.mark.parametrize("pattern", NOT_LOOSENED)
+def test_a_pattern_without_such_a_gap_is_translated_as_without_loosen(pattern: str) -> None:
+    assert translate(pattern, False, loosen=True) == translate(pattern, False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(
+                # Whole lines of each pattern, and the pieces they are made of.
+                ["step:1 - critic/score/max:1", "{'loss': 0.5, 'grad_norm': 0.5, 'learning_rate': 1e-06", "{'x': 1, 'reward': 0.5", "step:1 - x/actor/lr:1"]
+                + ["step:", "1", " - ", "critic/score/max:", "x", "{'loss': ", "0.5,", " 'grad_norm': ", "'learning_rate': ", "'reward", "': ", "rewards/", "actor/lr:", "/", "█"]
+            ),
+            max_size=6,
+        ).map("".join),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_a_cut_translation_matches_every_line_the_pattern_matches(lines: list[str]) -> None:
+    for pattern, _literal, loose_only in LOOSENED:
+        loose = translate(pattern, False, loosen=True)
+        assert loose is not None
+        compiled = regex.compile(pattern)
+        expected = {i for i, line in enumerate(lines) if compiled.search(line)}
+        assert expected <= _lines_matched(_database(loose.expression, loose.caseless), [*lines, loose_only]), pattern

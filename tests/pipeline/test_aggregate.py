@@ -249,6 +249,24 @@ def test_a_widened_signature_is_confirmed_only_on_lines_longer_than_its_bound(kb
     assert scan.tallies["trl.slow_step_rate"].count == first_chunk + 2 * 50
 
 
+def test_a_signature_cut_at_a_gap_is_confirmed_on_every_line_holding_what_follows_it(kb: KnowledgeBase, scanners: Any) -> None:
+    # The translations of lego.verl_metric_score_max and hf.log_dict start after their last gap
+    # (`critic/score/max:`, `'learning_rate': `): a line holding that but not what comes before the
+    # gap is a hit of the translation that the exact form turns down, in the compiled module as in Python.
+    matcher = scanners[1].matcher()
+    for name in ("lego.verl_metric_score_max", "hf.log_dict"):
+        index = matcher.names.index(name)
+        assert not matcher.exact[index] and matcher.widened[index] and matcher.within[index] == 0
+    metrics = "step:3 - actor/pg_loss:0.1 - critic/score/max:1.0 - timing_s/step:12.5"
+    log_dict = "{'loss': 0.0793, 'grad_norm': 0.903, 'learning_rate': 1.00e-06, 'reward': 0.310, 'epoch': 0.02}"
+    first_chunk = CHUNK // (len(metrics) + 1) + 1
+    loose_only = ["val critic/score/max:1.0", "step:3 critic/score/max:1.0", "x {'loss': 0.1, 'grad_norm': 0.2, 'learning_rate': 1e-06", "'learning_rate': 1e-06"]
+    lines = [metrics] * first_chunk + [*loose_only, metrics, log_dict] * 50
+    scan = assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+    assert scan.tallies["lego.verl_metric_score_max"].count == first_chunk + 50
+    assert scan.tallies["hf.log_dict"].count == 50
+
+
 def test_a_line_with_more_redraws_than_the_compiled_module_cuts_takes_the_full_path(kb: KnowledgeBase, scanners: Any) -> None:
     # Past 4096 redraws a line is not cut into segments but scanned whole, and Python cuts it.
     bar = " 40%|████      | 4/10 [00:04<00:06, 1.00s/it]"
