@@ -10,7 +10,8 @@ rewritten for those lines only:
 - `.`, negated classes and `\\D`, `\\W`, `\\S` match one printable ASCII character or one block element
   (three bytes), never a newline, so a match cannot run into the next line;
 - `\\d`, `\\w`, `\\s` and positive classes are ASCII, as they are on such lines in Python;
-- the whole expression is followed by `[^\\n]*$`, so Hyperscan reports a matching line once, at its end.
+- the whole expression is followed by `[^\\n]*$`, so Hyperscan reports a matching line once, at its end
+  (unless `to_end` is false: the scanner's database takes each match where it ends).
 
 What Hyperscan cannot express is widened instead of refused: lookarounds are dropped, back-references
 become a copy of the group they refer to, atomic groups and possessive repeats become plain ones. The
@@ -300,12 +301,16 @@ class _Translator:
         raise _Refused(name)
 
 
-def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = WIDEST_BOUND, loosen: bool = False) -> Translation | None:
+def translate(
+    pattern: str, ignore_case: bool, start: str = "^", widest: int = WIDEST_BOUND, loosen: bool = False, to_end: bool = True
+) -> Translation | None:
     """The pattern in Hyperscan syntax for lines the aggregated path accepts, or None. `start` is
     what `^` (and the start a leading lookbehind allows) becomes; bounded repeats with more than
     `widest` optional copies become unbounded. With `loosen`, an exact translation of a pattern that
     runs on through a long gap to a literal (`step:\\d+ - .*critic/score/max:`) is cut before that
-    literal: see `_gap`."""
+    literal: see `_gap`. Without `to_end`, the expression is not run on to the line's end: Hyperscan
+    then reports it where each match ends (a few times a line at most, the pattern's tail being trimmed)
+    and spares the run to the end, which costs most on long lines many signatures match."""
     if not pattern.isascii():
         return None
     try:
@@ -331,6 +336,8 @@ def translate(pattern: str, ignore_case: bool, start: str = "^", widest: int = W
         # (?!C) at the very end: the line ends there, or a character not in C follows (Hyperscan
         # has no `$` inside a pattern, so the two ways are one optional group before the end).
         items, rest = items[:-1], f"(?:{following}{rest[:-1]})?$"
+    elif not to_end:
+        rest = ""
     try:
         body = translator.sequence(items, True, True)
     except (_Refused, KeyError):
@@ -457,17 +464,10 @@ def _optional(op: Any, av: Any) -> bool:
 
 def _trim(items: list[Any]) -> list[Any]:
     """The pattern without what it may end (or, unanchored, start) with but need not match: a line
-    holds a match of `A B?` exactly when it holds one of `A`; of `A B{2,5}` exactly when `A B{2}`."""
-    items = list(items)
-    while items and _optional(*items[-1]):
-        items.pop()
-    if items:
-        op, av = items[-1]
-        name = str(op)
-        if name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] >= 1:
-            items[-1] = (op, (av[0], av[0], av[2]))
-        elif name == "SUBPATTERN":
-            items[-1] = (op, (*av[:-1], _trim_tail(list(av[-1]))))
+    holds a match of `A B?` exactly when it holds one of `A`; of `A B{2,5}` exactly when `A B{2}`;
+    of `A (?:B|C+)` exactly when `A (?:B|C)`. A match then ends where the shortest one does, and the
+    scan database, which reports every end, reports few."""
+    items = _trim_tail(items)
     if items and str(items[0][0]) not in ("AT", "ASSERT", "ASSERT_NOT"):
         while items and _optional(*items[0]):
             items.pop(0)
@@ -475,6 +475,22 @@ def _trim(items: list[Any]) -> list[Any]:
 
 
 def _trim_tail(items: list[Any]) -> list[Any]:
-    while items and _optional(*items[-1]):
-        items.pop()
-    return items
+    items = list(items)
+    while True:
+        while items and _optional(*items[-1]):
+            items.pop()
+        if not items:
+            return items
+        op, av = items[-1]
+        name = str(op)
+        if name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] >= 1:
+            items[-1] = (op, (av[0], av[0], av[2])) if av[0] > 1 else (op, (1, 1, _trim_tail(list(av[2]))))
+        elif name == "SUBPATTERN":
+            items[-1] = (op, (*av[:-1], _trim_tail(list(av[-1]))))
+        elif name == "BRANCH":
+            branches = [_trim_tail(list(branch)) for branch in av[1]]
+            if not all(branches):
+                items.pop()  # a branch that may match nothing: the line holds a match without it
+                continue
+            items[-1] = (op, (av[0], branches))
+        return items

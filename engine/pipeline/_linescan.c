@@ -85,8 +85,9 @@ static int compare_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Hits come nearly sorted (only a literal marker, moved to its line's end, is out of place): an
- * insertion sort, which gives way to qsort when the data is far from sorted. */
+/* Hits come nearly sorted (a hit is moved from where its match ends to its line's end, so only hits
+ * of one line are out of place): an insertion sort, which gives way to qsort when the data is far
+ * from sorted. */
 static void sort_u64(u64vec *a) {
     size_t moves = 0, limit = 4 * a->n + 64;
     for (size_t i = 1; i < a->n; i++) {
@@ -466,8 +467,7 @@ typedef struct {
     u64vec *hits;
     const char *data;
     size_t size;
-    unsigned int below; /* ids at or past this are literal markers, reported where they end */
-    unsigned int keep;  /* only ids below this are kept */
+    unsigned int keep; /* only ids below this are kept */
 } scan_context;
 
 static int on_match(unsigned int id, unsigned long long from, unsigned long long to, unsigned int flags, void *context) {
@@ -477,10 +477,10 @@ static int on_match(unsigned int id, unsigned long long from, unsigned long long
     size_t end = (size_t)to;
     if (id >= c->keep)
         return 0;
-    if (id >= c->below) {
-        const char *newline = end < c->size ? memchr(c->data + end, '\n', c->size - end) : NULL;
-        end = newline ? (size_t)(newline - c->data) : c->size;
-    }
+    /* Every hit is wanted at its line's end: a literal marker is reported where it ends, and so is
+     * a signature (its translation does not run on to the line's end, matcher.py). */
+    const char *newline = end < c->size ? memchr(c->data + end, '\n', c->size - end) : NULL;
+    end = newline ? (size_t)(newline - c->data) : c->size;
     return push(c->hits, ((uint64_t)end << ID_BITS) | id) ? 1 : 0;
 }
 
@@ -902,13 +902,19 @@ static PyObject *classify(PyObject *Py_UNUSED(module), PyObject *args) {
     if (reserve((void **)&text.data, &text.room, size + size / 8 + 1, 1) || cut_chunk(&text, data, size, cuttable))
         failed = 1;
     if (!failed && text.length) {
-        scan_context context = {&hits, (const char *)text.data, text.length, literal_markers, (unsigned int)ids};
+        scan_context context = {&hits, (const char *)text.data, text.length, (unsigned int)ids};
         hs_error_t status = hs_scan(database->db, (const char *)text.data, (unsigned int)text.length, 0, scratch->scratch, on_match, &context);
         if (status != HS_SUCCESS)
             failed = status == HS_SCAN_TERMINATED ? 1 : 2;
     }
     if (!failed) {
         sort_u64(&hits);
+        /* A signature may match a line more than once: one hit a line and id. */
+        size_t unique = 0;
+        for (size_t k = 0; k < hits.n; k++)
+            if (unique == 0 || hits.v[k] != hits.v[unique - 1])
+                hits.v[unique++] = hits.v[k];
+        hits.n = unique;
         /* Group the hits by the buffer's line, and those by the chunk's line; settle what can be.
          * Only the lines left to Python (or deferred) are kept, in line order. */
         size_t next_cut = 0;    /* the first cut line that does not end before the hit */

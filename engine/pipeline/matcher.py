@@ -109,8 +109,12 @@ class LineMatcher:
     gated: tuple[bool, ...]  # True: a hit counts only on a line holding one of the signature's literals
     anchored: tuple[bool, ...]  # True: the pattern depends on where the text starts (PREFIXES stand in)
     roles: tuple[int, ...]  # by id: 0 for a signature, else the bits above
-    widened: tuple[bool, ...]  # inexact only because long bounded repeats were widened: verify() is exact
-    literal_markers: int  # ids from here on are literals, reported where they end, not at the line's end
+    # Inexact only because long bounded repeats were widened, or the translation was cut at a gap
+    # (translate's `loosen`): verify() is exact.
+    widened: tuple[bool, ...]
+    # Ids from here on are literal markers. Every id is reported where its match ends, not at the
+    # line's end (the signatures' translations do not run on to it either).
+    literal_markers: int
     cuttable: bool = False  # no literal marker can run across the end of a Ray prefix (see _may_span_a_cut)
     # By signature id: for a widened one, the length up to which a line's hit stands as it is
     # (Translation.within; 0 for the others, and for a widened one without such a length).
@@ -400,7 +404,7 @@ def _compile(
     translated: list[tuple[CompiledSignature, str, int, bool]] = []
     untranslated: list[CompiledSignature] = []
     for sig in signatures:
-        translation = None if not sig.literals else translate(sig.model.pattern, sig.ignore_case, PREFIXES, loosen=True)
+        translation = None if not sig.literals else translate(sig.model.pattern, sig.ignore_case, PREFIXES, loosen=True, to_end=False)
         if translation is None:
             untranslated.append(sig)
             continue

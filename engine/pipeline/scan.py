@@ -756,19 +756,17 @@ class Scanner:
     @staticmethod
     def _lines_hit(matcher: LineMatcher, chunk: bytes) -> Iterator[tuple[int, list[int]]]:
         """The chunk's lines with hits, in order: the end of each, and the ids the matcher reported on
-        it (at its end), sorted."""
+        it, sorted, each once."""
         hits: list[int] = []
         append = hits.append
         find = chunk.find
         size = len(chunk)
-        literal_markers = matcher.literal_markers
 
         def on_match(index: int, _start: int, end: int, _flags: int, _context: Any) -> None:
-            if index >= literal_markers:
-                end = find(b"\n", end)  # a literal marker: reported where it ends, wanted at the line's end
-                if end < 0:
-                    end = size
-            append(end << 11 | index)
+            # Reported where the match ends (a literal marker, or a signature's translation, which
+            # does not run on to the line's end), wanted at the line's end.
+            end = find(b"\n", end)
+            append((size if end < 0 else end) << 11 | index)
 
         matcher.scan(chunk, on_match)
         hits.sort()
@@ -778,7 +776,8 @@ class Scanner:
         for hit in hits:
             end = hit >> 11
             if end == current:
-                ids.append(hit & 2047)
+                if not ids or hit & 2047 != ids[-1]:  # a signature may match a line more than once
+                    ids.append(hit & 2047)
                 continue
             if current >= 0:
                 yield current, ids

@@ -53,11 +53,21 @@ def test_edge_lookarounds_are_exact_and_others_widen() -> None:
 @given(st.lists(st.text(alphabet="xab1.5 :%'/_-eystpXactor/entropy_loss", max_size=30), min_size=1, max_size=20))
 def test_an_exact_translation_matches_the_lines_the_pattern_matches(lines: list[str]) -> None:
     for pattern in EXACT:
-        translation = translate(pattern, False)
-        assert translation is not None and translation.exact
         compiled = regex.compile(pattern)
         expected = {i for i, line in enumerate(lines) if compiled.search(line)}
-        assert _lines_matched(_database(translation.expression, translation.caseless), lines) == expected, pattern
+        for to_end in (True, False):
+            translation = translate(pattern, False, to_end=to_end)
+            assert translation is not None and translation.exact
+            assert _lines_matched(_database(translation.expression, translation.caseless), lines) == expected, (pattern, to_end)
+
+
+def test_a_translation_not_run_to_the_end_ends_where_the_shortest_match_does() -> None:
+    # The tail a line need not hold is trimmed (in groups and branches too), so the database reports
+    # a match once or a few times a line, not at every digit of `\d+`.
+    assert translate(r"x(?P<v>[-\d.]+|nan)", False, to_end=False).expression == "(?:[\\x78](?:(?:(?:[\\x2d-\\x2e\\x30-\\x39]){1,1}|[\\x6e][\\x61][\\x6e])))"  # type: ignore[union-attr]
+    assert translate(r"a(?:b|c?)", False, to_end=False).expression == "(?:[\\x61])"  # type: ignore[union-attr]
+    assert translate(r"a\d+", False).expression.endswith("[^\\n]*$")  # type: ignore[union-attr]
+    assert translate(r"a\d+(?!\d)", False, to_end=False).expression.endswith("$")  # type: ignore[union-attr]  # the lookahead needs the end
 
 
 # Widened bounded repeats, and the length of line up to which the widened translation is still exact.

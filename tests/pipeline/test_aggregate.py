@@ -267,6 +267,19 @@ def test_a_signature_cut_at_a_gap_is_confirmed_on_every_line_holding_what_follow
     assert scan.tallies["hf.log_dict"].count == 50
 
 
+def test_a_signature_matched_twice_on_a_line_counts_the_line_once(kb: KnowledgeBase, scanners: Any) -> None:
+    # The scan database reports a signature where each match ends, not once at the line's end.
+    loaded = "Model loading took 2.5 GiB and 3.0 seconds"
+    twice = f"{loaded}; {loaded}"
+    first_chunk = CHUNK // (len(loaded) + 1) + 1
+    # Lines counted as they stand (in compiled code, from the second chunk on), then lines cut apart.
+    scan = assert_same_scan(scanners, ("\n".join([loaded] * first_chunk + [twice] * 40) + "\n").encode("utf-8"))
+    assert scan.tallies["vllm.model_loading_took"].count == first_chunk + 40
+    lines = [loaded] * first_chunk + ["(pid=3) " + twice] * 40 + [twice + "\r" + loaded] * 40
+    scan = assert_same_scan(scanners, ("\n".join(lines) + "\n").encode("utf-8"))
+    assert scan.tallies["vllm.model_loading_took"].count == first_chunk + 40 * 3  # the redrawn line: each redraw kept
+
+
 def test_a_line_with_more_redraws_than_the_compiled_module_cuts_takes_the_full_path(kb: KnowledgeBase, scanners: Any) -> None:
     # Past 4096 redraws a line is not cut into segments but scanned whole, and Python cuts it.
     bar = " 40%|████      | 4/10 [00:04<00:06, 1.00s/it]"
