@@ -159,5 +159,7 @@ def read_sources(
         _worker_state = (kb, sources)
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-            yield from pool.map(_read_in_worker, range(len(sources)), chunksize=max(1, len(sources) // (jobs * 8)))
+            # Tasks of a few files: the workers finish nearly together (a last task of many files
+            # leaves the others idle), and the round trips stay few.
+            yield from pool.map(_read_in_worker, range(len(sources)), chunksize=max(1, len(sources) // (jobs * 32)))
         _worker_state = None
