@@ -113,6 +113,7 @@ _PID = re.compile(r"\bpid[=:]\s*(\d{2,7})\b|\bPID (\d{2,7})\b|\bpid(\d{2,7})\b")
 _IP = re.compile(r"\bip[=:]\s*(\d{1,3}(?:\.\d{1,3}){3})\b")
 _POD = re.compile(r"\bpods?[/ ]\"?([a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9-]+)*)\"?")
 _RANK = re.compile(r"^rank(\d+)$")
+_DIGITS = re.compile(r"\d+")
 _NODE_FIELDS = ("node", "host", "hostname", "nodename")
 
 
@@ -148,8 +149,10 @@ def run_names(facts: Sequence[Fact], scans: Sequence[FileScan]) -> dict[str, Any
             ranks.setdefault(int(rank.group(1)))
         if fact.type == "failure" and str(fact.get("process") or "").startswith("pid"):
             pids.setdefault(str(fact.get("process"))[3:])
-    rank_logs = [s.path.rsplit("/", 1)[-1] for s in scans if s.kind is InputKind.rank_log]
-    missing = [r for r in ranks if not any(re.search(rf"(?<!\d){r}(?!\d)", name) for name in rank_logs)]
+    # A rank has a log when a rank log's name holds its number as a whole run of digits (`rank12.log`
+    # is rank 12's, not rank 1's): the runs are gathered once, not searched for every rank.
+    numbers = {run for s in scans if s.kind is InputKind.rank_log for run in _DIGITS.findall(s.path.rsplit("/", 1)[-1])}
+    missing = [r for r in ranks if str(r) not in numbers]
     configs = sorted({str(f.get("path")) for f in facts if f.type == "config" and f.get("source") == "file"})
     return {
         "pids": list(pids)[:16],

@@ -134,3 +134,21 @@ def test_a_single_weak_cause_asks_first_for_what_would_confirm_it(kb: rltriage.K
     assert after.diagnosis.causes[0].rule == "memory.host_oom_killed"
     assert after.diagnosis.causes[0].score >= 0.8
     assert "dmesg_xid_oom" not in [c.id for c in after.diagnosis.collect]
+
+
+def test_a_rank_counts_as_logged_only_where_a_rank_log_names_its_number_whole() -> None:
+    from rltriage.base.vocabulary import InputKind
+    from rltriage.infer.fact import Fact
+    from rltriage.pipeline.collect import run_names
+    from rltriage.pipeline.scan import FileScan
+
+    failed = [Fact(i, "failure", {"process": f"rank{r}"}) for i, r in enumerate((1, 3, 12, 7))]
+    scans = [
+        FileScan("logs/rank12.log", InputKind.rank_log),  # 12, not 1
+        FileScan("logs/rank03.log", InputKind.rank_log),  # 03 is not 3's number as written
+        FileScan("logs/worker-7.log", InputKind.rank_log),
+        FileScan("logs/driver1.log", InputKind.driver_log),  # not a rank log
+    ]
+    names = run_names(failed, scans)
+    assert names["ranks"] == [1, 3, 7, 12]
+    assert names["missing_ranks"] == [1, 3]
