@@ -483,8 +483,14 @@ def _trim_tail(items: list[Any]) -> list[Any]:
             return items
         op, av = items[-1]
         name = str(op)
-        if name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] >= 1:
-            items[-1] = (op, (av[0], av[0], av[2])) if av[0] > 1 else (op, (1, 1, _trim_tail(list(av[2]))))
+        if name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] > 1:
+            items[-1] = (op, (av[0], av[0], av[2]))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] == 1:
+            body = _trim_tail(list(av[2]))
+            if not body:  # `(?:b?)+`: one copy of nothing
+                items.pop()
+                continue
+            items[-1] = (op, (1, 1, body))
         elif name == "SUBPATTERN":
             items[-1] = (op, (*av[:-1], _trim_tail(list(av[-1]))))
         elif name == "BRANCH":

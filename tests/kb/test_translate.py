@@ -66,6 +66,7 @@ def test_a_translation_not_run_to_the_end_ends_where_the_shortest_match_does() -
     # a match once or a few times a line, not at every digit of `\d+`.
     assert translate(r"x(?P<v>[-\d.]+|nan)", False, to_end=False).expression == "(?:[\\x78](?:(?:(?:[\\x2d-\\x2e\\x30-\\x39]){1,1}|[\\x6e][\\x61][\\x6e])))"  # type: ignore[union-attr]
     assert translate(r"a(?:b|c?)", False, to_end=False).expression == "(?:[\\x61])"  # type: ignore[union-attr]
+    assert translate(r"a(?:b?)+", False, to_end=False).expression == "(?:[\\x61])"  # type: ignore[union-attr]
     assert translate(r"a\d+", False).expression.endswith("[^\\n]*$")  # type: ignore[union-attr]
     assert translate(r"a\d+(?!\d)", False, to_end=False).expression.endswith("$")  # type: ignore[union-attr]  # the lookahead needs the end
 
