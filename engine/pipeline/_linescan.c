@@ -770,18 +770,16 @@ static int cut_chunk(cut_text *t, const unsigned char *data, size_t size, int cu
 }
 
 /* A line's hits, in order: every hit settles, or the whole line goes to Python; then the confirmed
- * ones are counted, once a signature a text. With `pieces`, the hits are (segment << ID_BITS | id)
- * of a cut line's pieces, each on its segment's text; without, all are on `text`. Markers' ids are
- * skipped. */
+ * ones are counted (no two share a text and an id: classify keeps one hit a line and id). With
+ * `pieces`, the hits are (segment << ID_BITS | id) of a cut line's pieces, each on its segment's
+ * text; without, all are on `text`. Markers' ids are skipped. */
 static int settle_hits(rules *r, const uint64_t *hits, size_t n, const cut_text *pieces, const unsigned char *text, size_t length, size_t end) {
     for (int pass = 0; pass < 2; pass++) {
-        uint64_t previous = UINT64_MAX;
         for (size_t k = 0; k < n; k++) {
             uint64_t hit = hits[k];
             unsigned int id = (unsigned int)(hit & ID_MASK);
-            if (hit == previous || id >= r->signatures)
+            if (id >= r->signatures)
                 continue;
-            previous = hit;
             if (pieces != NULL) {
                 const segment *piece = &pieces->segments[hit >> ID_BITS];
                 text = pieces->data + piece->start;
