@@ -3,6 +3,7 @@ loose numbers and versions for the rule language, config text, and plain Python 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -112,11 +113,23 @@ def number(value: Any) -> float | None:
     if isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, str):
-        try:
-            return float(value.replace(",", ""))
-        except ValueError:
-            return None
+        # Short texts are remembered: the rule language compares the same few (signature ids,
+        # package names) over and over, and most are not numbers, which costs float() an exception
+        # each time. Long ones (log lines) are seldom numbers and not worth keeping.
+        return _short_text_number(value) if len(value) <= 80 else _text_number(value)
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_text_number(text: str) -> float | None:
+    return _text_number(text)
+
+
+def _text_number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
 
 
 def version_key(value: Any) -> tuple[int, ...]:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import chain as chained
 from typing import Any
 
 from ..base.errors import InferenceError
-from ..kb.compile import CompiledPattern, CompiledRule, Program
+from ..kb.compile import Check, CompiledPattern, CompiledRule, Program
 from .fact import BaseFact, Cited, Fact, TableFields, equality_key, fact_key
 from .results import DEFAULT_BUDGET, DERIVED_BUDGET, MAX_CONCLUDING_FIRINGS, Firing, Inference, SuppressionRecord
 from .semantics import binding_view, cited_evidence, literal_match, refs_complete, refs_match, resolve_field, tests_pass
@@ -159,6 +160,7 @@ def _join(store: Store, rule: CompiledRule, delta_start: int, delta_end: int) ->
         if delta_start == 0:
             yield {}
         return
+    joins = _equality_joins(slots)
     for pivot in range(len(slots)):
         pools = []
         for position, slot in enumerate(slots):
@@ -172,19 +174,72 @@ def _join(store: Store, rule: CompiledRule, delta_start: int, delta_end: int) ->
             options.sort(key=lambda pf: pf[1].id)
             pools.append(options)
         if all(pools):
-            yield from _product(pools, 0, {})
+            keyed = [_Keyed(pool, join) if join and len(pool) > _KEYED_FROM else None for pool, join in zip(pools, joins, strict=True)]
+            yield from _product(pools, keyed, 0, {})
 
 
-def _product(pools: list[list[tuple[CompiledPattern, Fact]]], position: int, bound: Bound) -> Iterator[Bound]:
+# Options of a position from which they are looked up by their join value instead of each tried.
+_KEYED_FROM = 8
+
+
+def _equality_joins(slots: tuple[tuple[CompiledPattern, ...], ...]) -> list[dict[int, Check]]:
+    """Per position, the patterns (by id) with an `eq` join on a fact that an earlier position has
+    surely bound (every pattern of that position binds the same alias), and that join."""
+    bound: set[str] = set()
+    joins: list[dict[int, Check]] = []
+    for slot in slots:
+        joins.append(
+            {id(pattern): join for pattern in slot if (join := next((c for c in pattern.ref_checks if c.op == "eq" and c.ref and c.ref[0] in bound), None))}
+        )
+        if len({pattern.alias for pattern in slot}) == 1:
+            bound.add(slot[0].alias)
+    return joins
+
+
+class _Keyed:
+    """The options of one position filed by the value of their pattern's `eq` join: the product
+    tries only those that share the bound fact's value (the equality key over-approximates, and
+    every option picked is still checked against all its joins), in their order in the pool. A rule
+    that joins a failure with a hit on the same path would otherwise try every failure with every
+    hit: 256 ranks make 65,536 pairs, of which 256 share a path."""
+
+    __slots__ = ("buckets", "free", "joins")
+
+    def __init__(self, pool: list[tuple[CompiledPattern, Fact]], joins: dict[int, Check]) -> None:
+        self.joins = [(key, join) for key, join in joins.items()]
+        self.free: list[int] = []  # options whose pattern has no such join: always tried
+        self.buckets: dict[tuple[int, Any], list[int]] = {}
+        for index, (pattern, fact) in enumerate(pool):
+            join = joins.get(id(pattern))
+            if join is None:
+                self.free.append(index)
+            elif join.field in fact.fields:  # without the field an `eq` join never holds
+                self.buckets.setdefault((id(pattern), equality_key(fact.fields[join.field])), []).append(index)
+
+    def picked(self, facts: Mapping[str, Fact]) -> list[int]:
+        """The positions in the pool of the options that may join the facts bound."""
+        picked = [self.free]
+        for key, join in self.joins:
+            assert join.ref is not None
+            other = facts[join.ref[0]]
+            if join.ref[1] in other.fields:  # a missing field joins nothing (check_passes)
+                picked.append(self.buckets.get((key, equality_key(other.fields[join.ref[1]])), []))
+        return picked[0] if len(picked) == 1 else sorted(chained.from_iterable(picked))
+
+
+def _product(
+    pools: list[list[tuple[CompiledPattern, Fact]]], keyed: list[_Keyed | None], position: int, bound: Bound
+) -> Iterator[Bound]:
     if position == len(pools):
         yield dict(bound)
         return
     facts = {alias: fact for alias, (_p, fact) in bound.items()}
-    for pattern, fact in pools[position]:
+    pool, index = pools[position], keyed[position]
+    for pattern, fact in pool if index is None else (pool[i] for i in index.picked(facts)):
         if pattern.alias in bound or not refs_match(pattern, fact, facts):
             continue
         bound[pattern.alias] = (pattern, fact)
-        yield from _product(pools, position + 1, bound)
+        yield from _product(pools, keyed, position + 1, bound)
         del bound[pattern.alias]
 
 

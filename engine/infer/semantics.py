@@ -46,7 +46,7 @@ def _matches(pattern: BoundedPattern | None, actual: Any) -> bool:
     if pattern is None or actual is None:
         return False
     try:
-        return pattern.search(str(actual)) is not None
+        return pattern.found(str(actual))
     except TimeoutError:
         if timed_out(pattern):
             note(pattern.where or "rules", f"{pattern.name}: gave up after {REGEX_TIMEOUT}s; disabled for the rest of the run")

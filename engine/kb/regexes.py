@@ -166,6 +166,20 @@ class BoundedPattern:
             return None
         return self.compiled.search(text, timeout=timeout)
 
+    def found(self, text: str) -> bool:
+        """Whether the pattern matches somewhere in `text` (TimeoutError as `search`). Within a run
+        the last text tried is remembered with its answer: the facts of many ranks often hold the
+        same text (every rank's copy of one exception), and they are tried one after another."""
+        run = _RUN.get()
+        if run is None or self.name in run.disabled:
+            return self.search(text) is not None
+        last = run.last_found.get(self)
+        if last is not None and last[0] == text:
+            return last[1]
+        found = self.search(text) is not None
+        run.last_found[self] = (text, found)
+        return found
+
 
 def _compile(pattern: str, flags: int) -> Any:
     try:
@@ -205,6 +219,9 @@ class SlowPatterns:
 
     disabled: set[str] = field(default_factory=set)
     notes: list[tuple[str, str]] = field(default_factory=list)
+    # Per pattern, the last text `BoundedPattern.found` tried and its answer (one entry a pattern:
+    # the run lets go of the texts when it ends).
+    last_found: dict[BoundedPattern, tuple[str, bool]] = field(default_factory=dict)
 
 
 _RUN: contextvars.ContextVar[SlowPatterns | None] = contextvars.ContextVar("rltriage_slow_patterns", default=None)

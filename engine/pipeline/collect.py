@@ -124,13 +124,21 @@ def run_names(facts: Sequence[Fact], scans: Sequence[FileScan]) -> dict[str, Any
     pods: dict[str, None] = {}
     nodes: dict[str, None] = {}
     ranks: dict[int, None] = {}
+    # Many facts cite the same lines: each text is searched once, and only for the names whose
+    # words it holds (the regexes' literal parts; most texts hold none).
+    searched: set[tuple[bool, str]] = set()
     for fact in facts:
         texts = [str(fact.get("text") or "")] + [e.text for e in fact.evidence]
         for text in texts:
-            for match in _PID.finditer(text):
-                pids.setdefault(next(g for g in match.groups() if g))
-            for match in _IP.finditer(text):
-                ips.setdefault(match.group(1))
+            if (fact.type == "hit", text) in searched:
+                continue
+            searched.add((fact.type == "hit", text))
+            if "pid" in text or "PID" in text:
+                for match in _PID.finditer(text):
+                    pids.setdefault(next(g for g in match.groups() if g))
+            if "ip" in text:
+                for match in _IP.finditer(text):
+                    ips.setdefault(match.group(1))
             if fact.type == "hit" and "pod" in text:
                 for match in _POD.finditer(text):
                     pods.setdefault(match.group(1))

@@ -58,3 +58,25 @@ def test_the_registry_names_engines() -> None:
         assert "unknown engine 'nope'" in str(exc)
     else:  # pragma: no cover
         raise AssertionError("an unknown engine must be refused")
+
+
+def test_numbers_in_long_and_short_text_alike() -> None:
+    padded = " " * 100 + "1,024" + " " * 100  # past the length up to which texts are remembered
+    assert apply_operator("eq", padded, 1024, True) and apply_operator("eq", padded.strip(), 1024, True)
+    assert not apply_operator("gt", "x" * 200, 1, True)
+
+
+def test_a_pattern_disabled_in_a_run_matches_nothing_even_on_a_text_it_matched() -> None:
+    from rltriage.kb.regexes import compile_bounded, patterns_run, timed_out
+
+    pattern = compile_bounded("rank [0-9]+ failed", "rule t: summary matches")
+    with patterns_run(reuse=False) as run:
+        assert apply_operator("matches", "rank 3 failed", None, True, pattern)
+        assert apply_operator("matches", "rank 3 failed", None, True, pattern)  # remembered
+        assert not apply_operator("matches", "rank 3 ok", None, True, pattern)
+        assert apply_operator("matches", "rank 4 failed", None, True, pattern)
+        assert run.last_found[pattern] == ("rank 4 failed", True)
+        assert timed_out(pattern)  # as when one of its searches gives up
+        assert not apply_operator("matches", "rank 4 failed", None, True, pattern)
+    with patterns_run(reuse=False):
+        assert apply_operator("matches", "rank 4 failed", None, True, pattern)  # a new run starts afresh

@@ -152,3 +152,20 @@ def test_a_rank_counts_as_logged_only_where_a_rank_log_names_its_number_whole() 
     names = run_names(failed, scans)
     assert names["ranks"] == [1, 3, 7, 12]
     assert names["missing_ranks"] == [1, 3]
+
+
+def test_names_are_read_from_every_text_however_often_it_is_cited() -> None:
+    from rltriage.infer.fact import Cited, Fact
+    from rltriage.pipeline.collect import run_names
+
+    line = "worker pid=4242 ip=10.0.0.7 on pods/trainer-0"
+    cited = (Cited("a.log", 3, line, "k8s.pod_line"),)
+    facts = [
+        Fact(0, "failure", {"text": line}, cited),  # a failure's text: no pod is read from it
+        Fact(1, "hit", {"text": line}, cited),  # the same text on a hit: its pod is read
+        Fact(2, "hit", {"text": "pid=77 ip=10.0.0.8"}, ()),
+    ]
+    names = run_names(facts, [])
+    assert names["pids"] == ["4242", "77"]
+    assert names["ips"] == ["10.0.0.7", "10.0.0.8"]
+    assert names["pods"] == ["trainer-0"]
