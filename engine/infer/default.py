@@ -174,8 +174,7 @@ def _join(store: Store, rule: CompiledRule, delta_start: int, delta_end: int) ->
             options.sort(key=lambda pf: pf[1].id)
             pools.append(options)
         if all(pools):
-            keyed = [_Keyed(pool, join) if join and len(pool) > _KEYED_FROM else None for pool, join in zip(pools, joins, strict=True)]
-            yield from _product(pools, keyed, 0, {})
+            yield from _product([_Position(pool, join) for pool, join in zip(pools, joins, strict=True)], 0, {})
 
 
 # Options of a position from which they are looked up by their join value instead of each tried.
@@ -227,19 +226,40 @@ class _Keyed:
         return picked[0] if len(picked) == 1 else sorted(chained.from_iterable(picked))
 
 
-def _product(
-    pools: list[list[tuple[CompiledPattern, Fact]]], keyed: list[_Keyed | None], position: int, bound: Bound
-) -> Iterator[Bound]:
-    if position == len(pools):
+class _Position:
+    """One position of a join: its options, and what picks those that may join the facts bound.
+    The options are filed by join value (`_Keyed`) when the position is visited a second time: a
+    rule that stops at its first tuples (a fixed conclusion) visits most positions once, and filing
+    a pool of 100,000 options would cost more than the one pass it saves."""
+
+    __slots__ = ("index", "joins", "pool", "visits")
+
+    def __init__(self, pool: list[tuple[CompiledPattern, Fact]], joins: dict[int, Check]) -> None:
+        self.pool = pool
+        self.joins = joins
+        self.index: _Keyed | None = None
+        self.visits = 0
+
+    def options(self, facts: Mapping[str, Fact]) -> Iterable[tuple[CompiledPattern, Fact]]:
+        if self.index is None and self.joins and len(self.pool) > _KEYED_FROM:
+            self.visits += 1
+            if self.visits > 1:
+                self.index = _Keyed(self.pool, self.joins)
+        if self.index is None:
+            return self.pool
+        return (self.pool[i] for i in self.index.picked(facts))
+
+
+def _product(positions: list[_Position], position: int, bound: Bound) -> Iterator[Bound]:
+    if position == len(positions):
         yield dict(bound)
         return
     facts = {alias: fact for alias, (_p, fact) in bound.items()}
-    pool, index = pools[position], keyed[position]
-    for pattern, fact in pool if index is None else (pool[i] for i in index.picked(facts)):
+    for pattern, fact in positions[position].options(facts):
         if pattern.alias in bound or not refs_match(pattern, fact, facts):
             continue
         bound[pattern.alias] = (pattern, fact)
-        yield from _product(pools, keyed, position + 1, bound)
+        yield from _product(positions, position + 1, bound)
         del bound[pattern.alias]
 
 
