@@ -177,7 +177,8 @@ def _join(store: Store, rule: CompiledRule, delta_start: int, delta_end: int) ->
             yield from _product([_Position(pool, join) for pool, join in zip(pools, joins, strict=True)], 0, {})
 
 
-# Options of a position from which they are looked up by their join value instead of each tried.
+# A position's options are filed by join value only when there are more than this: a few are
+# tried faster than filed.
 _KEYED_FROM = 8
 
 
@@ -205,7 +206,7 @@ class _Keyed:
     __slots__ = ("buckets", "free", "joins")
 
     def __init__(self, pool: list[tuple[CompiledPattern, Fact]], joins: dict[int, Check]) -> None:
-        self.joins = [(key, join) for key, join in joins.items()]
+        self.joins = list(joins.items())
         self.free: list[int] = []  # options whose pattern has no such join: always tried
         self.buckets: dict[tuple[int, Any], list[int]] = {}
         for index, (pattern, fact) in enumerate(pool):

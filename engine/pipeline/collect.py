@@ -124,15 +124,11 @@ def run_names(facts: Sequence[Fact], scans: Sequence[FileScan]) -> dict[str, Any
     pods: dict[str, None] = {}
     nodes: dict[str, None] = {}
     ranks: dict[int, None] = {}
-    # Many facts cite the same lines: each text is searched once, and only for the names whose
-    # words it holds (the regexes' literal parts; most texts hold none).
-    searched: set[tuple[bool, str]] = set()
     for fact in facts:
         texts = [str(fact.get("text") or "")] + [e.text for e in fact.evidence]
         for text in texts:
-            if (fact.type == "hit", text) in searched:
-                continue
-            searched.add((fact.type == "hit", text))
+            # Searched only for the names whose words it holds (the regexes' literal parts): most
+            # texts hold none, and a folder of many ranks gives thousands.
             if "pid" in text or "PID" in text:
                 for match in _PID.finditer(text):
                     pids.setdefault(next(g for g in match.groups() if g))

@@ -154,7 +154,7 @@ def test_a_rank_counts_as_logged_only_where_a_rank_log_names_its_number_whole() 
     assert names["missing_ranks"] == [1, 3]
 
 
-def test_names_are_read_from_every_text_however_often_it_is_cited() -> None:
+def test_names_are_read_from_the_texts_that_hold_their_words() -> None:
     from rltriage.infer.fact import Cited, Fact
     from rltriage.pipeline.collect import run_names
 
