@@ -280,6 +280,17 @@ class BoundedSandbox(ImmutableSandboxedEnvironment):
         self.filters = {name: _guard_filter(name, function) for name, function in self.filters.items()}
 
     def from_string(self, source: Any, globals: Any = None, template_class: Any = None) -> Template:
+        cache = self.bytecode_cache
+        if isinstance(source, str) and isinstance(cache, TemplateCache):
+            # A pack's inline text (a rule's fix, a patch-plan line) is compiled once and kept in the
+            # cache folder, as its template files are: a report renders dozens of them.
+            bucket = cache.get_bucket(self, "inline-" + _digest(source), None, source)
+            if bucket.code is None:
+                bucket.code = self.compile(source)
+                cache.set_bucket(bucket)
+            template = (template_class or self.template_class).from_code(self, bucket.code, self.make_globals(globals), None)
+            _SIMPLE[template] = cache.simple(source, lambda: is_simple(self.parse(source)))
+            return template
         tree = source if isinstance(source, nodes.Template) else self.parse(source)
         template = super().from_string(tree, globals, template_class)
         _SIMPLE[template] = is_simple(tree)
@@ -354,7 +365,7 @@ class TemplateCache(FileSystemBytecodeCache):
             pass  # an unwritable cache only costs speed
 
     def simple(self, source: str, decide: Callable[[], bool]) -> bool:
-        path = os.path.join(self.directory, hashlib.sha256(source.encode("utf-8")).hexdigest()[:32] + ".simple")
+        path = os.path.join(self.directory, _digest(source) + ".simple")
         try:
             with open(path, encoding="ascii") as handle:
                 stored = handle.read()
@@ -365,6 +376,10 @@ class TemplateCache(FileSystemBytecodeCache):
         flag = decide()
         store(Path(path), b"1" if flag else b"0")
         return flag
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def template_cache(folder: str | None, options: str) -> TemplateCache | None:

@@ -80,6 +80,39 @@ def test_report_templates_compiled_by_one_process_serve_the_next(kb: KnowledgeBa
     assert report_with_a_new_environment() == expected
 
 
+def test_inline_texts_compiled_by_one_process_serve_the_next(kb: KnowledgeBase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLTRIAGE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("RLTRIAGE_NO_CACHE", raising=False)
+    plain = "Set {{ key }} to {{ value | int * 2 }}."
+    looping = "{% for rank in ranks %}rank {{ rank }} {% endfor %}"
+    context = {"key": "vllm.gpu_memory_utilization", "value": 3, "ranks": [0, 1]}
+
+    def rendered_by_a_new_environment(text: str) -> tuple[str, bool, int]:
+        env = _environment(kb)  # what a new process builds
+        compiled = 0
+        compile_ = env.compile
+
+        def counted(*args: object, **kwargs: object) -> object:
+            nonlocal compiled
+            compiled += 1
+            return compile_(*args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(env, "compile", counted)
+        template = env.from_string(text)
+        return template.render(**context), _SIMPLE[template], compiled
+
+    assert rendered_by_a_new_environment(plain) == ("Set vllm.gpu_memory_utilization to 6.", True, 1)
+    assert rendered_by_a_new_environment(plain) == ("Set vllm.gpu_memory_utilization to 6.", True, 0)  # from the cache
+    assert rendered_by_a_new_environment(looping) == ("rank 0 rank 1 ", False, 1)  # a loop: guarded
+    assert rendered_by_a_new_environment(looping) == ("rank 0 rank 1 ", False, 0)
+    (folder,) = tmp_path.glob("templates-*")
+    for path in folder.iterdir():  # damaged entries are compiled and decided again
+        path.write_bytes(b"\x00 not what was stored")
+    assert rendered_by_a_new_environment(looping) == ("rank 0 rank 1 ", False, 1)
+    monkeypatch.setenv("RLTRIAGE_NO_CACHE", "1")  # without a cache folder, compiled as before
+    assert rendered_by_a_new_environment(plain) == ("Set vllm.gpu_memory_utilization to 6.", True, 1)
+
+
 @pytest.mark.parametrize("count", [0, 1, 3, 4, 7, 9])
 def test_json_written_in_slices_is_pydantics_json_byte_for_byte(kb: KnowledgeBase, count: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(render, "JSON_SLICE", 3)
