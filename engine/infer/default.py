@@ -5,7 +5,9 @@
 * within a stratum only tuples that contain at least one new fact are matched (semi-naive);
 * facts have set semantics (type plus fields), a rule fires once per tuple of facts;
 * order is deterministic: stratum, priority, rule id, fact ids in scan order;
-* a firing budget turns a runaway chain into an InferenceError naming the rule.
+* a firing budget turns a runaway chain into an InferenceError naming the rule;
+* a position joined to an earlier one by `eq` has its options looked up by the joined value (once
+  it is visited twice), not each tried.
 
 The engine keeps no state between runs, so one compiled program is shared by any number of threads.
 `chain` is the loop every engine shares; an engine decides single-fact matches through its store.
